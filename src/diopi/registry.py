@@ -1,0 +1,102 @@
+"""The DIOPI operator registry: functions, their signatures, reference implementations and ATen mapping.
+
+A DIOPI function (``diopiAdd``) is the unit a vendor implements. In this Python stack a function
+covers one ATen operator packet and its variants: ``diopiAdd`` serves ``aten.add.Tensor``,
+``aten.add.Scalar``, ``aten.add.out`` and the in-place ``aten.add_.Tensor``. An implementation is
+called with the ATen overload being run and that overload's arguments, with device tensors
+replaced by the vendor's storage tensors: ``impl(op, *args, **kwargs)``.
+
+The reference implementation runs the same ATen overload with PyTorch on the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Kernel = Callable[..., Any]
+
+
+class UnknownFunctionError(KeyError):
+    """Raised when a DIOPI function name is not in the registry."""
+
+
+def reference_impl(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """The DIOPI reference implementation: the ATen overload itself, computed by PyTorch on the CPU."""
+    return op._op(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class DiopiFunction:
+    """One operator of the interface.
+
+    ``name`` is the DIOPI name (``diopiAdd``), ``signature`` its C-style prototype for documentation,
+    ``aten`` the ATen operator packets it serves (``("add", "add_")``), and ``tags`` describe it
+    (``random``: results are never compared by value; ``matmul``: affected by matmul precision).
+    """
+
+    name: str
+    signature: str
+    aten: tuple[str, ...]
+    tags: frozenset[str] = field(default_factory=frozenset)
+    reference: Kernel = reference_impl
+
+    @property
+    def is_random(self) -> bool:
+        return "random" in self.tags
+
+
+_FUNCTIONS: dict[str, DiopiFunction] = {}
+_BY_ATEN_PACKET: dict[str, DiopiFunction] = {}
+
+
+def register_function(fn: DiopiFunction) -> DiopiFunction:
+    """Add ``fn`` to the registry; each ATen packet may belong to one function only."""
+    if fn.name in _FUNCTIONS:
+        raise ValueError(f"DIOPI function {fn.name!r} is registered twice")
+    for packet in fn.aten:
+        owner = _BY_ATEN_PACKET.get(packet)
+        if owner is not None:
+            raise ValueError(f"ATen operator {packet!r} is already served by {owner.name}, not {fn.name}")
+    _FUNCTIONS[fn.name] = fn
+    for packet in fn.aten:
+        _BY_ATEN_PACKET[packet] = fn
+    return fn
+
+
+def _ensure_loaded() -> None:
+    if not _FUNCTIONS:
+        importlib.import_module("diopi.functions")  # registers the table
+
+
+def get_function(name: str) -> DiopiFunction:
+    """The DIOPI function called ``name``."""
+    _ensure_loaded()
+    try:
+        return _FUNCTIONS[name]
+    except KeyError:
+        raise UnknownFunctionError(f"unknown DIOPI function {name!r}") from None
+
+
+def functions() -> Iterator[DiopiFunction]:
+    """All registered DIOPI functions, in registration order."""
+    _ensure_loaded()
+    return iter(list(_FUNCTIONS.values()))
+
+
+def aten_packet_name(op: torch._ops.OpOverload | str) -> str:
+    """``aten.add.Tensor`` / ``add.Tensor`` / OpOverload -> ``add``."""
+    if not isinstance(op, str):
+        return op._schema.name.split("::", 1)[-1]
+    name = op.removeprefix("aten.").removeprefix("aten::")
+    return name.split(".", 1)[0]
+
+
+def function_for_aten(op: torch._ops.OpOverload | str) -> DiopiFunction | None:
+    """The DIOPI function serving an ATen overload, or None when the interface has none."""
+    _ensure_loaded()
+    return _BY_ATEN_PACKET.get(aten_packet_name(op))

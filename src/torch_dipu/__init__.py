@@ -1,0 +1,61 @@
+"""torch_dipu: ``import torch_dipu`` adds the ``dipu`` device to PyTorch.
+
+The device is PyTorch's PrivateUse1 backend, written in Python. Operators run the active vendor's
+DIOPI kernels (``DIPU_DEVICE``, default ``droplet``) or fall back to the CPU. See docs/torch_dipu.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_dipu import dispatch, kernels
+from torch_dipu.config import DipuConfig
+from torch_dipu.memory import MemoryTracker
+from torch_dipu.registration import DEVICE_NAME, register_device
+from torch_dipu.runtime import DeviceRuntime
+from torch_dipu.state import DipuState, get_state, set_state
+from torch_dipu.tensor import DipuTensor
+from torch_dipu.vendors import load_vendor
+
+__all__ = ["DEVICE_NAME", "DeviceRuntime", "DipuTensor", "fallback_ops", "runtime", "set_force_fallback"]
+__version__ = "0.1.0"
+
+
+def _init() -> None:
+    config = DipuConfig.from_env()
+    rt = load_vendor(config.vendor)
+    count = rt.device_count()
+    state = DipuState(
+        runtime=rt,
+        config=config,
+        memory=MemoryTracker(count, [rt.memory_capacity(i) for i in range(count)], rt.name),
+        generators=[torch.Generator().manual_seed(torch.initial_seed()) for _ in range(count)],
+        force_fallback_patterns=kernels.parse_fallback_list(config.force_fallback),
+    )
+    set_state(state)
+    rt.on_config_change(dispatch.clear_handlers)
+    register_device()
+
+
+def runtime() -> DeviceRuntime:
+    """The active vendor runtime."""
+    return get_state().runtime
+
+
+def set_force_fallback(entries: list[str] | str) -> None:
+    """Replace the force-fallback list (same syntax as ``DIPU_FORCE_FALLBACK_OPS_LIST``)."""
+    from torch_dipu.config import split_list
+
+    state = get_state()
+    items = split_list(entries) if isinstance(entries, str) else list(entries)
+    state.force_fallback_patterns = kernels.parse_fallback_list(items)
+    state.config.force_fallback = items
+    dispatch.clear_handlers()
+
+
+def fallback_ops() -> set[str]:
+    """ATen overloads that have run on the CPU fallback in this process so far."""
+    return set(get_state().fallback_ops)
+
+
+_init()

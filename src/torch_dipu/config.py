@@ -1,0 +1,60 @@
+"""Every environment variable torch_dipu reads, in one place (documented in docs/environment.md)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FALLBACK_CONFIG_FILE = ".dipu_force_fallback_op_list.config"
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """Read a boolean environment variable: 1/true/yes/on are true, 0/false/no/off/empty are false."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (use 1 or 0)")
+
+
+def split_list(text: str) -> list[str]:
+    """Split a comma-separated list, trimming whitespace and dropping empty entries."""
+    return [item.strip() for item in text.replace("\n", ",").split(",") if item.strip()]
+
+
+def compile_patterns(entries: list[str], source: str) -> list[re.Pattern[str]]:
+    """Compile list entries as whole-name regular expressions; a bad entry raises naming it."""
+    patterns = []
+    for entry in entries:
+        try:
+            patterns.append(re.compile(entry))
+        except re.error as exc:
+            raise ValueError(f"{source}: entry {entry!r} is not a valid regular expression: {exc}") from None
+    return patterns
+
+
+@dataclass
+class DipuConfig:
+    """Settings read from the environment when torch_dipu is imported."""
+
+    vendor: str = "droplet"
+    force_fallback: list[str] = field(default_factory=list)
+    log_fallback: bool = False
+
+    @classmethod
+    def from_env(cls, cwd: Path | None = None) -> DipuConfig:
+        entries = split_list(os.environ.get("DIPU_FORCE_FALLBACK_OPS_LIST", ""))
+        config_file = (cwd or Path.cwd()) / FALLBACK_CONFIG_FILE
+        if config_file.is_file():
+            entries += split_list(config_file.read_text())
+        return cls(
+            vendor=os.environ.get("DIPU_DEVICE", "droplet").strip() or "droplet",
+            force_fallback=entries,
+            log_fallback=env_flag("DIPU_LOG_FALLBACK_INFO"),
+        )

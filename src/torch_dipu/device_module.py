@@ -1,0 +1,189 @@
+"""``torch.dipu``: the device module, with the same function names as ``torch.cuda``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from torch_dipu.state import get_state
+from torch_dipu.streams import Event, Stream, current_stream, default_stream, set_stream, stream
+
+__all__ = [
+    "Event", "Stream", "current_device", "current_stream", "default_stream", "device", "device_count",
+    "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state",
+    "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized",
+    "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
+    "memory_allocated", "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all",
+    "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
+]
+
+
+def _index(device: torch.device | str | int | None) -> int:
+    state = get_state()
+    if device is None:
+        return state.current_device
+    if isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != "dipu":
+            raise ValueError(f"expected a dipu device, got {device}")
+        index = state.current_device if device.index is None else device.index
+    count = state.runtime.device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(f"invalid device index {index}: {state.runtime.name} has {count} device(s)")
+    return index
+
+
+def is_available() -> bool:
+    return get_state().runtime.device_count() > 0
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def _lazy_init() -> None:
+    """Nothing to do: the runtime is initialized on import (kept for torch.cuda compatibility)."""
+
+
+def device_count() -> int:
+    return get_state().runtime.device_count()
+
+
+def current_device() -> int:
+    return get_state().current_device
+
+
+def set_device(device: torch.device | str | int) -> None:
+    get_state().current_device = _index(device)
+
+
+@contextlib.contextmanager
+def device(device: torch.device | str | int | None) -> Iterator[None]:
+    """Context manager that changes the current dipu device."""
+    state = get_state()
+    previous = state.current_device
+    if device is not None and not (isinstance(device, int) and device < 0):
+        set_device(device)
+    try:
+        yield
+    finally:
+        state.current_device = previous
+
+
+def synchronize(device: torch.device | str | int | None = None) -> None:
+    get_state().runtime.synchronize(_index(device))
+
+
+def get_device_name(device: torch.device | str | int | None = None) -> str:
+    return str(get_device_properties(device).name)
+
+
+def get_device_properties(device: torch.device | str | int | None = None) -> Any:
+    return SimpleNamespace(**get_state().runtime.properties(_index(device)))
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    runtime = get_state().runtime
+    return [d for d in (torch.float16, torch.bfloat16) if runtime.supports_dtype(d)]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return get_state().runtime.supports_dtype(torch.bfloat16)
+
+
+# -- memory -------------------------------------------------------------------------------------------
+
+def memory_allocated(device: torch.device | str | int | None = None) -> int:
+    """Bytes held by live dipu tensors on ``device``."""
+    return get_state().memory.allocated[_index(device)]
+
+
+def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
+    return get_state().memory.peak[_index(device)]
+
+
+def memory_reserved(device: torch.device | str | int | None = None) -> int:
+    """Equal to :func:`memory_allocated`: Python vendors have no caching allocator."""
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device: torch.device | str | int | None = None) -> int:
+    return max_memory_allocated(device)
+
+
+def reset_peak_memory_stats(device: torch.device | str | int | None = None) -> None:
+    get_state().memory.reset_peak(_index(device))
+
+
+def reset_max_memory_allocated(device: torch.device | str | int | None = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def memory_stats(device: torch.device | str | int | None = None) -> dict[str, int]:
+    return get_state().memory.stats(_index(device))
+
+
+def mem_get_info(device: torch.device | str | int | None = None) -> tuple[int, int]:
+    """(free, total) bytes of ``device``."""
+    index = _index(device)
+    memory = get_state().memory
+    return memory.capacity[index] - memory.allocated[index], memory.capacity[index]
+
+
+def empty_cache() -> None:
+    """Release cached blocks: memory is freed eagerly on Python vendors, so there is none to release."""
+
+
+# -- random numbers -----------------------------------------------------------------------------------
+
+def _generator(device: torch.device | str | int | None) -> torch.Generator:
+    return get_state().generators[_index(device)]
+
+
+def manual_seed(seed: int) -> None:
+    _generator(None).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for generator in get_state().generators:
+        generator.manual_seed(int(seed))
+
+
+def seed() -> None:
+    _generator(None).seed()
+
+
+def seed_all() -> None:
+    for generator in get_state().generators:
+        generator.seed()
+
+
+def initial_seed() -> int:
+    return _generator(None).initial_seed()
+
+
+def get_rng_state(device: torch.device | str | int | None = "dipu") -> torch.Tensor:
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: torch.device | str | int | None = "dipu") -> None:
+    _generator(device).set_state(new_state.cpu())
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [g.get_state() for g in get_state().generators]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for generator, new_state in zip(get_state().generators, new_states, strict=False):
+        generator.set_state(new_state.cpu())

@@ -1,0 +1,106 @@
+"""Kernels registered on the PrivateUse1 key for calls that never reach ``__torch_dispatch__``.
+
+Factories (``torch.empty(..., device="dipu")``) have no tensor argument, and ``torch.tensor(data,
+device="dipu")`` copies through ``aten::_copy_from`` below the Python key, so these are registered
+with ``torch.library`` directly. The Library object must outlive the process: it is kept in
+``_LIBRARY``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_dipu.state import get_state
+from torch_dipu.tensor import DipuTensor
+
+_LIBRARY: torch.library.Library | None = None
+
+
+def _device_index(device: torch.device | str | None) -> int:
+    state = get_state()
+    if device is None:
+        return state.current_device
+    device = torch.device(device)
+    if device.index is None:
+        return state.current_device
+    count = state.runtime.device_count()
+    if not 0 <= device.index < count:
+        raise RuntimeError(f"dipu:{device.index} is not a valid device: {state.runtime.name} has {count} device(s)")
+    return device.index
+
+
+def _check_dtype(dtype: torch.dtype) -> None:
+    runtime = get_state().runtime
+    if not runtime.supports_dtype(dtype):
+        raise TypeError(
+            f"{runtime.name} does not support dtype {dtype} (unsupported on this device); "
+            "cast the tensor to a supported dtype first"
+        )
+
+
+def new_tensor(size, stride, dtype, device) -> DipuTensor:  # noqa: ANN001
+    """Allocate an uninitialized dipu tensor, checking capacity before the host memory is taken."""
+    state = get_state()
+    index = _device_index(device)
+    dtype = dtype or torch.get_default_dtype()
+    _check_dtype(dtype)
+    span = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True)) if all(size) else 0
+    state.memory.check(span * dtype.itemsize, index)
+    raw = state.runtime.new_storage(tuple(size), tuple(stride), dtype)
+    state.memory.track(raw, index)
+    return DipuTensor(raw, torch.device("dipu", index))
+
+
+def _contiguous_strides(size) -> tuple[int, ...]:  # noqa: ANN001
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):  # noqa: ANN001, ANN201
+    if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        return new_tensor(size, _contiguous_strides(size), dtype, device)
+    probe = torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format)
+    return new_tensor(size, probe.stride(), dtype, device)
+
+
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):  # noqa: ANN001, ANN201
+    return new_tensor(size, stride, dtype, device)
+
+
+def _storage(t: torch.Tensor) -> torch.Tensor:
+    return t._raw if type(t) is DipuTensor else t
+
+
+def copy_from(src, dst, non_blocking=False):  # noqa: ANN001, ANN201
+    """``dst.copy_(src)`` where one side is a dipu tensor."""
+    if type(dst) is DipuTensor:
+        _check_dtype(dst.dtype)
+    _storage(dst).copy_(_storage(src))
+    return dst
+
+
+def copy_from_and_resize(src, dst):  # noqa: ANN001, ANN201
+    if tuple(dst.shape) != tuple(src.shape):
+        raise RuntimeError(
+            f"dipu: cannot copy a tensor of shape {tuple(src.shape)} into one of shape {tuple(dst.shape)}"
+        )
+    return copy_from(src, dst)
+
+
+def register() -> None:
+    """Register the PrivateUse1 kernels (idempotent)."""
+    global _LIBRARY
+    if _LIBRARY is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
+    lib.impl("empty_strided", empty_strided, "PrivateUse1")
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
+    _LIBRARY = lib
+
+
+__all__ = ["empty_memory_format", "empty_strided", "copy_from", "new_tensor", "register"]

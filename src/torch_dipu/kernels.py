@@ -1,0 +1,125 @@
+"""Kernel selection for one ATen overload: native (views, memory), vendor (DIOPI), or CPU fallback."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import diopi
+from diopi import DiopiFunction
+from diopi.registry import reference_impl
+from torch_dipu.config import compile_patterns
+from torch_dipu.state import DipuState
+
+log = logging.getLogger("torch_dipu")
+
+# Operators torch_dipu implements itself, as DIPU does for views and memory allocation.
+NATIVE_PACKETS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "_local_scalar_dense",
+        "is_pinned",
+        "_pin_memory",
+        "record_stream",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+    }
+)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """How an overload runs: ``kind`` is native, vendor or fallback; ``reason`` explains a fallback."""
+
+    kind: str
+    kernel: Callable[..., Any]
+    function: DiopiFunction | None
+    reason: str = ""
+
+
+def op_names(func: torch._ops.OpOverload) -> tuple[str, str]:
+    """``("add.Tensor", "add")``; the default overload is named by its packet alone (``"mm"``)."""
+    packet = diopi.aten_packet_name(func)
+    overload = func._overloadname
+    return (packet if overload == "default" else f"{packet}.{overload}", packet)
+
+
+def matches(patterns: list[re.Pattern[str]], func: torch._ops.OpOverload) -> bool:
+    """Whether any whole-name pattern matches the overload name or its packet name."""
+    full, packet = op_names(func)
+    return any(p.fullmatch(full) or p.fullmatch(packet) or p.fullmatch(f"{packet}.{func._overloadname}")
+               for p in patterns)
+
+
+def _returns_view(func: torch._ops.OpOverload) -> bool:
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+
+
+def _native(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    return op._op(*args, **kwargs)
+
+
+def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    # Storage tensors are host tensors, so the CPU kernel runs on them without a copy.
+    return op._op(*args, **kwargs)
+
+
+def _with_device_rng(kernel: Callable[..., Any], state: DipuState) -> Callable[..., Any]:
+    """Run a random kernel that takes no generator argument on the current dipu device's generator."""
+
+    def run(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+        generator = state.generators[state.current_device]
+        cpu_state = torch.get_rng_state()
+        torch.set_rng_state(generator.get_state())
+        try:
+            return kernel(op, *args, **kwargs)
+        finally:
+            generator.set_state(torch.get_rng_state())
+            torch.set_rng_state(cpu_state)
+
+    return run
+
+
+def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
+    """Choose how ``func`` runs on dipu and log CPU fallbacks once when asked to."""
+    packet = diopi.aten_packet_name(func)
+    if packet in NATIVE_PACKETS or _returns_view(func):
+        return KernelPlan("native", _native, None)
+    fn = diopi.function_for_aten(func)
+    if matches(state.force_fallback_patterns, func):
+        plan = KernelPlan("fallback", _fallback, fn, "forced by DIPU_FORCE_FALLBACK_OPS_LIST")
+    elif fn is None:
+        plan = KernelPlan("fallback", _fallback, None, "no DIOPI function maps this operator")
+    else:
+        kernel = state.runtime.kernel(fn, func)
+        if kernel is None:
+            plan = KernelPlan("fallback", _fallback, fn, f"{state.runtime.name} does not implement {fn.name}")
+        else:
+            plan = KernelPlan("vendor", kernel, fn)
+    if plan.function is not None and plan.function.is_random and not any(
+        a.name == "generator" for a in func._schema.arguments
+    ):
+        plan = KernelPlan(plan.kind, _with_device_rng(plan.kernel, state), plan.function, plan.reason)
+    if plan.kind == "fallback":
+        name = op_names(func)[0]
+        state.fallback_ops.add(name)
+        if state.config.log_fallback:
+            print(f"[torch_dipu] fallback to CPU: aten.{name} ({plan.reason})", flush=True)
+        log.debug("fallback to CPU: aten.%s (%s)", name, plan.reason)
+    return plan
+
+
+def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
+    return compile_patterns(entries, "DIPU_FORCE_FALLBACK_OPS_LIST")
+
+
+__all__ = ["KernelPlan", "NATIVE_PACKETS", "matches", "op_names", "parse_fallback_list", "reference_impl", "select"]

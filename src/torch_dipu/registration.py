@@ -1,0 +1,64 @@
+"""Registration of the ``dipu`` device with PyTorch through the pure-Python PrivateUse1 API."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from torch_dipu import composites, device_module, factories
+from torch_dipu.state import get_state
+from torch_dipu.tensor import DipuTensor
+
+DEVICE_NAME = "dipu"
+
+
+class DipuHooks(torch._C._acc.PrivateUse1Hooks):
+    """PrivateUse1 hooks: answers PyTorch's questions about the backend."""
+
+    def is_available(self) -> bool:
+        return get_state().runtime.device_count() > 0
+
+    def has_primary_context(self, device_index: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class DipuGuard(torch._C._acc.DeviceGuard):
+    """The device guard. PyTorch's Python guard supports one device index; torch_dipu tracks the
+    current device itself (``torch.dipu.set_device``)."""
+
+    def type_(self) -> torch._C._autograd.DeviceType:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+_KEEPALIVE: list[object] = []
+
+
+def register_device() -> None:
+    """Rename PrivateUse1 to ``dipu`` and register its module, hooks, guard, kernels and methods."""
+    current = torch._C._get_privateuse1_backend_name()
+    if current == DEVICE_NAME and hasattr(torch, DEVICE_NAME):
+        return
+    if current not in ("privateuseone", DEVICE_NAME):
+        raise RuntimeError(
+            f"PrivateUse1 is already taken by the {current!r} backend; torch_dipu cannot register 'dipu'"
+        )
+    torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+    torch._register_device_module(DEVICE_NAME, device_module)
+    sys.modules.setdefault(f"torch.{DEVICE_NAME}", device_module)
+    hooks, guard = DipuHooks(), DipuGuard()
+    _KEEPALIVE.extend([hooks, guard])  # the C++ side holds raw pointers to them
+    torch._C._acc.register_python_privateuseone_hook(hooks)
+    torch._C._acc.register_python_privateuseone_device_guard(guard)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False
+    )
+    factories.register()
+    composites.register()
+    # Let optimizers pick their foreach implementation on dipu, as they do on CUDA.
+    optimizer_module = sys.modules["torch.optim.optimizer"]
+    if DipuTensor not in optimizer_module._foreach_supported_types:
+        optimizer_module._foreach_supported_types.append(DipuTensor)

@@ -1,0 +1,67 @@
+"""The runtime interface a vendor implements to bring up a device under torch_dipu.
+
+This is the Python counterpart of DIPU's ``deviceapis.h``: device enumeration, memory capacity,
+synchronization, event timestamps, random generators, supported dtypes and the operator kernels.
+Everything device-independent (memory statistics, streams, events, dispatch, fallback) is built on
+top of it by torch_dipu. A vendor's storage tensors (``DipuTensor._raw``) are host-visible tensors.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from diopi import DiopiFunction
+
+Kernel = Callable[..., Any]
+
+
+class DeviceRuntime(ABC):
+    """Base class of a vendor runtime. Subclasses override the abstract methods; the rest have defaults."""
+
+    #: Vendor name shown in messages and ``torch.dipu.get_device_name``.
+    name: str = "vendor"
+
+    @abstractmethod
+    def device_count(self) -> int:
+        """Number of devices visible to this process."""
+
+    @abstractmethod
+    def memory_capacity(self, index: int) -> int:
+        """Total memory of device ``index`` in bytes."""
+
+    @abstractmethod
+    def kernel(self, fn: DiopiFunction, op: torch._ops.OpOverload) -> Kernel | None:
+        """The vendor's implementation of DIOPI function ``fn`` for ATen overload ``op``, or None.
+
+        None makes the overload fall back to CPU.
+
+        A kernel is called as ``kernel(op, *args, **kwargs)`` with the ATen overload and its arguments,
+        device tensors replaced by storage tensors, and returns what the overload returns.
+        """
+
+    def synchronize(self, index: int) -> None:  # noqa: B027  (optional hook with a no-op default)
+        """Wait until all work queued on device ``index`` has finished (droplet runs synchronously)."""
+
+    def timestamp_ns(self, index: int) -> int:
+        """A device clock reading, used by events (``Event.elapsed_time``)."""
+        return time.perf_counter_ns()
+
+    def supports_dtype(self, dtype: torch.dtype) -> bool:
+        """Whether kernels of this device accept ``dtype``."""
+        return True
+
+    def new_storage(self, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """Allocate an uninitialized storage tensor with the given geometry."""
+        return torch.empty_strided(size, stride, dtype=dtype)
+
+    def properties(self, index: int) -> dict[str, Any]:
+        """Static device properties reported by ``torch.dipu.get_device_properties``."""
+        return {"name": self.name, "total_memory": self.memory_capacity(index)}
+
+    def on_config_change(self, callback: Callable[[], None]) -> None:  # noqa: B027
+        """Register ``callback`` to run when the vendor's switches change (kernels must be re-selected)."""

@@ -1,0 +1,41 @@
+"""The one object holding torch_dipu's process state: vendor runtime, configuration, memory, RNG."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from torch_dipu.config import DipuConfig
+from torch_dipu.memory import MemoryTracker
+from torch_dipu.runtime import DeviceRuntime
+
+
+@dataclass
+class DipuState:
+    runtime: DeviceRuntime
+    config: DipuConfig
+    memory: MemoryTracker
+    generators: list[torch.Generator]
+    current_device: int = 0
+    fallback_ops: set[str] = field(default_factory=set)
+    force_fallback_patterns: list[re.Pattern[str]] = field(default_factory=list)
+
+    def device(self, index: int | None = None) -> torch.device:
+        return torch.device("dipu", self.current_device if index is None else index)
+
+
+_STATE: DipuState | None = None
+
+
+def get_state() -> DipuState:
+    """The active torch_dipu state (torch_dipu must have been imported)."""
+    if _STATE is None:
+        raise RuntimeError("torch_dipu is not initialized: `import torch_dipu` first")
+    return _STATE
+
+
+def set_state(state: DipuState) -> None:
+    global _STATE
+    _STATE = state

@@ -1,0 +1,134 @@
+"""Streams and events of the dipu device (``torch.dipu.Stream``, ``torch.dipu.Event``).
+
+Python vendors run kernels in issue order, so a stream is an ordering scope and an event is a
+device clock reading taken when it is recorded; ``elapsed_time`` is the difference in milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from torch_dipu.state import get_state
+
+
+def _index(device: torch.device | str | int | None) -> int:
+    if device is None:
+        return get_state().current_device
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    return get_state().current_device if device.index is None else device.index
+
+
+class Stream:
+    """A queue of work on one dipu device (``torch.dipu.Stream(device=None, priority=0)``)."""
+
+    def __init__(self, device: torch.device | str | int | None = None, priority: int = 0) -> None:
+        self.device_index = _index(device)
+        self.priority = priority
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("dipu", self.device_index)
+
+    def query(self) -> bool:
+        """True: all work on this stream has finished."""
+        return True
+
+    def synchronize(self) -> None:
+        get_state().runtime.synchronize(self.device_index)
+
+    def wait_event(self, event: Event) -> None:
+        event.synchronize()
+
+    def wait_stream(self, stream: Stream) -> None:
+        stream.synchronize()
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other is self
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<torch.dipu.Stream device=dipu:{self.device_index} priority={self.priority} at {id(self):#x}>"
+
+
+class Event:
+    """A marker in a stream; with ``enable_timing=True`` two events give the time between them."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self.blocking = blocking
+        self._time_ns: int | None = None
+        self._device_index: int | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        stream = stream or current_stream()
+        runtime = get_state().runtime
+        runtime.synchronize(stream.device_index)
+        self._device_index = stream.device_index
+        self._time_ns = runtime.timestamp_ns(stream.device_index)
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        if self._device_index is not None:
+            get_state().runtime.synchronize(self._device_index)
+
+    def wait(self, stream: Stream | None = None) -> None:
+        self.synchronize()
+
+    def elapsed_time(self, end_event: Event) -> float:
+        """Milliseconds between this event and ``end_event`` (both recorded, timing enabled)."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("elapsed_time needs both events created with enable_timing=True")
+        if self._time_ns is None or end_event._time_ns is None:
+            raise RuntimeError("elapsed_time needs both events to have been recorded")
+        return (end_event._time_ns - self._time_ns) / 1e6
+
+    def __repr__(self) -> str:
+        state = "recorded" if self._time_ns is not None else "unrecorded"
+        return f"<torch.dipu.Event {state} timing={self.enable_timing}>"
+
+
+_DEFAULT: dict[int, Stream] = {}
+_CURRENT: dict[int, Stream] = {}
+
+
+def default_stream(device: torch.device | str | int | None = None) -> Stream:
+    index = _index(device)
+    if index not in _DEFAULT:
+        _DEFAULT[index] = Stream(index)
+    return _DEFAULT[index]
+
+
+def current_stream(device: torch.device | str | int | None = None) -> Stream:
+    index = _index(device)
+    return _CURRENT.get(index) or default_stream(index)
+
+
+def set_stream(stream: Stream) -> None:
+    _CURRENT[stream.device_index] = stream
+
+
+@contextlib.contextmanager
+def stream(s: Stream | None) -> Iterator[None]:
+    """Make ``s`` the current stream of its device inside the block."""
+    if s is None:
+        yield
+        return
+    previous = current_stream(s.device_index)
+    set_stream(s)
+    try:
+        yield
+    finally:
+        set_stream(previous)

@@ -1,0 +1,78 @@
+"""The dipu tensor: a PyTorch tensor on the ``dipu`` device whose storage handle is owned by the vendor.
+
+A :class:`DipuTensor` is a wrapper subclass (sizes, strides, dtype and device live in the wrapper;
+the data lives in ``_raw``, the vendor's storage tensor). Every ATen operator that reaches it after
+autograd and autocast goes to :meth:`DipuTensor.__torch_dispatch__`, which hands it to
+:mod:`torch_dipu.dispatch`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+
+
+class DipuTensor(torch.Tensor):
+    """A tensor on the dipu device. ``_raw`` is the vendor's storage tensor with the same view metadata."""
+
+    _raw: torch.Tensor
+
+    # Skip Python-level __torch_function__ handling: it would tax every tensor method call.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, raw: torch.Tensor, device: torch.device) -> DipuTensor:
+        wrapper = _make_wrapper(
+            cls,
+            raw.shape,
+            strides=raw.stride(),
+            storage_offset=raw.storage_offset(),
+            dtype=raw.dtype,
+            device=device,
+        )
+        wrapper._raw = raw
+        return wrapper
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        handler = _HANDLERS.get(func)
+        if handler is None:
+            handler = _build_handler(func)
+        return handler(args, kwargs)
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        # Print like a CUDA tensor: tensor([...], device='dipu:0').
+        text = super().__repr__(tensor_contents=tensor_contents)
+        prefix = type(self).__name__ + "("
+        if text.startswith(prefix):
+            pad = " " * (len(prefix) - len("tensor("))
+            text = "tensor(" + text[len(prefix):].replace("\n" + pad, "\n")
+        return text
+
+    def tolist(self) -> Any:
+        return self.cpu().tolist()
+
+    def __format__(self, format_spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        # Serialize as a CPU tensor plus the device: torch.load(map_location=...) and weights_only work.
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad),
+        )
+
+
+# Filled by torch_dipu.dispatch (kept here so the hot path does one dict lookup).
+_HANDLERS: dict[Any, Any] = {}
+
+
+def _build_handler(func):  # noqa: ANN001, ANN202
+    from torch_dipu.dispatch import build_handler
+
+    return build_handler(func)

@@ -1,0 +1,75 @@
+"""droplet: the reference vendor, a simulated accelerator whose memory lives in host RAM.
+
+Kernels are the DIOPI reference implementation. Switches (environment or Python) make it behave
+like a real chip: unsupported dtypes, lower-precision float32 matmul, a memory capacity, a device
+count, and injected faults. See docs/droplet.md.
+
+Python switches::
+
+    from torch_dipu.vendors import droplet
+    droplet.configure(faults="mm:bias:0.5", matmul_precision="medium")
+    with droplet.switches(faults="add.Tensor:nan"):
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from torch_dipu.vendors.droplet.faults import DEFAULT_PARAMS, Fault, parse_faults
+from torch_dipu.vendors.droplet.runtime import DropletRuntime
+from torch_dipu.vendors.droplet.traits import DropletTraits, parse_size
+
+__all__ = ["DEFAULT_PARAMS", "DropletRuntime", "DropletTraits", "Fault", "configure", "parse_faults",
+           "parse_size", "runtime", "switches", "vendor"]
+
+
+def vendor() -> DropletRuntime:
+    """Entry point ``torch_dipu.vendors:droplet``: a runtime configured from the environment."""
+    return DropletRuntime(DropletTraits.from_env(), parse_faults(os.environ.get("DROPLET_FAULTS", "")))
+
+
+def runtime() -> DropletRuntime:
+    """The active droplet runtime (torch_dipu must be imported with DIPU_DEVICE=droplet)."""
+    from torch_dipu.state import get_state
+
+    active = get_state().runtime
+    if not isinstance(active, DropletRuntime):
+        raise RuntimeError(f"the active dipu vendor is {active.name!r}, not droplet")
+    return active
+
+
+def configure(**changes: Any) -> None:
+    """Change droplet switches: ``faults`` (str or list of Fault), ``unsupported_dtypes``,
+    ``matmul_precision``, ``memory_capacity`` (bytes or "16GiB"), ``device_count``."""
+    if isinstance(changes.get("memory_capacity"), str):
+        changes["memory_capacity"] = parse_size(changes["memory_capacity"])
+    rt = runtime()
+    rt.reconfigure(**changes)
+    if "memory_capacity" in changes:
+        from torch_dipu.state import get_state
+
+        memory = get_state().memory
+        memory.capacity[:] = [rt.traits.memory_capacity] * len(memory.capacity)
+
+
+@contextlib.contextmanager
+def switches(**changes: Any) -> Iterator[DropletRuntime]:
+    """Apply droplet switches inside a ``with`` block and restore the previous ones after it."""
+    rt = runtime()
+    saved_traits, saved_faults = copy.copy(rt.traits), list(rt.faults)
+    configure(**changes)
+    try:
+        yield rt
+    finally:
+        configure(
+            faults=saved_faults,
+            device_count=saved_traits.device_count,
+            memory_capacity=saved_traits.memory_capacity,
+            unsupported_dtypes=saved_traits.unsupported_dtypes,
+            matmul_precision=saved_traits.matmul_precision,
+        )

@@ -1,0 +1,190 @@
+"""Fault injection for droplet: ``DROPLET_FAULTS`` entries ``op-pattern:fault[:param]``, comma-separated.
+
+``op-pattern`` is a whole-name regular expression over ATen overload names (``add.Tensor``, ``mm``,
+``.*_backward``), as in ``DIPU_FORCE_FALLBACK_OPS_LIST``. Faults affect only droplet's own kernels:
+an operator forced to CPU fallback runs correctly, which is how a user proves an operator is at fault.
+
+=============  =========================================================  ===============
+fault          effect on the operator's floating-point results            param (default)
+=============  =========================================================  ===============
+bias           adds a constant                                            constant (1.0)
+noise          adds relative Gaussian noise: ``x + x * N(0, sigma)``      sigma (0.01)
+nan            writes NaN into the first element                          -
+noncontig      reads non-contiguous inputs as if contiguous (wrong data)  -
+inplace_lost   drops the write of an in-place / ``out=`` operator         -
+grad           scales results computed during ``backward()``              factor (2.0)
+slow           sleeps before running                                      milliseconds (10)
+=============  =========================================================  ===============
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DEFAULT_PARAMS: dict[str, float | None] = {
+    "bias": 1.0,
+    "noise": 0.01,
+    "nan": None,
+    "noncontig": None,
+    "inplace_lost": None,
+    "grad": 2.0,
+    "slow": 10.0,
+}
+Kernel = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One parsed ``DROPLET_FAULTS`` entry."""
+
+    pattern: str
+    kind: str
+    param: float | None
+
+    def matches(self, names: tuple[str, ...]) -> bool:
+        regex = re.compile(self.pattern)
+        return any(regex.fullmatch(n) for n in names)
+
+    def __str__(self) -> str:
+        return f"{self.pattern}:{self.kind}" + ("" if self.param is None else f":{self.param:g}")
+
+
+def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
+    """Parse ``op-pattern:fault[:param],...``; a malformed entry raises ValueError naming it."""
+    faults = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        parts = entry.split(":")
+        if len(parts) >= 2 and parts[-1] in DEFAULT_PARAMS:
+            pattern, kind, raw_param = ":".join(parts[:-1]), parts[-1], None
+        elif len(parts) >= 3 and parts[-2] in DEFAULT_PARAMS:
+            pattern, kind, raw_param = ":".join(parts[:-2]), parts[-2], parts[-1]
+        else:
+            raise ValueError(
+                f"{source} entry {entry!r} is malformed: expected op-pattern:fault[:param] "
+                f"with fault one of {', '.join(DEFAULT_PARAMS)}"
+            )
+        pattern = pattern.strip()
+        if not pattern:
+            raise ValueError(f"{source} entry {entry!r} has an empty op pattern")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(
+                f"{source} entry {entry!r}: {pattern!r} is not a valid regular expression: {exc}"
+            ) from None
+        param = DEFAULT_PARAMS[kind]
+        if raw_param is not None:
+            if DEFAULT_PARAMS[kind] is None:
+                raise ValueError(f"{source} entry {entry!r}: fault {kind!r} takes no parameter")
+            try:
+                param = float(raw_param)
+            except ValueError:
+                raise ValueError(f"{source} entry {entry!r}: parameter {raw_param!r} is not a number") from None
+        faults.append(Fault(pattern, kind, param))
+    return faults
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _float_results(result: Any) -> list[torch.Tensor]:
+    return [t for t in _tensors(result) if t.is_floating_point() and t.numel() > 0]
+
+
+def _written_positions(op: torch._ops.OpOverload) -> tuple[list[int], list[str]]:
+    positions, names = [], []
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            (names if arg.kwarg_only else positions).append(arg.name if arg.kwarg_only else i)
+    return positions, names
+
+
+def _misread(t: torch.Tensor) -> torch.Tensor:
+    """What a kernel that ignores strides reads: the storage walked as if the tensor were contiguous."""
+    contiguous = torch.empty(t.shape, dtype=t.dtype, device="meta").stride()
+    storage_elems = t.untyped_storage().nbytes() // t.element_size()
+    if t.storage_offset() + t.numel() <= storage_elems:
+        return torch.as_strided(t, t.shape, contiguous, t.storage_offset())
+    return t.contiguous().reshape(-1).roll(1).reshape(t.shape)
+
+
+def _noise_generator() -> torch.Generator:
+    return torch.Generator().manual_seed(20240607)
+
+
+def inject(kernel: Kernel, fault: Fault, op: torch._ops.OpOverload) -> Kernel:
+    """Wrap ``kernel`` so that it misbehaves as ``fault`` says."""
+    kind, param = fault.kind, fault.param
+
+    if kind == "slow":
+        def slow(o: Any, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(param / 1000.0)
+            return kernel(o, *args, **kwargs)
+        return slow
+
+    if kind == "noncontig":
+        def noncontig(o: Any, *args: Any, **kwargs: Any) -> Any:
+            args = tuple(_misread(a) if isinstance(a, torch.Tensor) and not a.is_contiguous() else a for a in args)
+            return kernel(o, *args, **kwargs)
+        return noncontig
+
+    if kind == "inplace_lost":
+        positions, names = _written_positions(op)
+        if not positions and not names:
+            return kernel
+
+        def inplace_lost(o: Any, *args: Any, **kwargs: Any) -> Any:
+            args = tuple(a.clone() if i in positions and isinstance(a, torch.Tensor) else a
+                         for i, a in enumerate(args))
+            kwargs = {k: (v.clone() if k in names and isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+            kernel(o, *args, **kwargs)
+            return None  # the dispatcher returns the caller's (unchanged) tensors
+        return inplace_lost
+
+    positions, names = _written_positions(op)
+
+    def affected(result: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        """Floating results, or the written arguments of in-place operators that return nothing."""
+        found = _float_results(result)
+        if not found:
+            written = [a for i, a in enumerate(args) if i in positions] + [kwargs[n] for n in names if n in kwargs]
+            found = _float_results(written)
+        return found
+
+    if kind == "grad":
+        def grad(o: Any, *args: Any, **kwargs: Any) -> Any:
+            result = kernel(o, *args, **kwargs)
+            if torch._C._current_graph_task_id() != -1:
+                for t in affected(result, args, kwargs):
+                    t.mul_(param)
+            return result
+        return grad
+
+    def corrupt(t: torch.Tensor) -> None:
+        if kind == "bias":
+            t.add_(param)
+        elif kind == "noise":
+            noise = torch.randn(t.shape, dtype=torch.float32, generator=_noise_generator())
+            t.add_((t.float() * noise * param).to(t.dtype))
+        elif kind == "nan":
+            t[(0,) * t.dim()] = float("nan")
+
+    def corrupting(o: Any, *args: Any, **kwargs: Any) -> Any:
+        result = kernel(o, *args, **kwargs)
+        for t in affected(result, args, kwargs):
+            corrupt(t)
+        return result
+    return corrupting
