@@ -64,45 +64,70 @@ def _returns_view(schema: torch._C.FunctionSchema) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 
+# In-place operators that change a tensor's sizes, strides or offset rather than its values.
+_METADATA_INPLACE = frozenset(
+    {"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_",
+     "swapdims_", "swapaxes_", "_resize_output_"}
+)
+
+
+def _refresh_metadata(wrapper: DipuTensor) -> None:
+    """Make a wrapper's sizes/strides/offset follow its storage tensor after a resizing write."""
+    raw = wrapper._raw
+    if (
+        wrapper.shape != raw.shape
+        or wrapper.stride() != raw.stride()
+        or wrapper.storage_offset() != raw.storage_offset()
+    ):
+        get_state().memory.resized(raw, wrapper.device.index)
+        wrapper.data = DipuTensor(raw, wrapper.device)
+
+
+def _has_tensor_list(schema: torch._C.FunctionSchema) -> bool:
+    return any(str(a.type).startswith(("List[Tensor", "List[Optional[Tensor")) for a in schema.arguments)
+
+
 def build_handler(func: torch._ops.OpOverload) -> Handler:
     """Build, cache and return the handler for ATen overload ``func``."""
     state = get_state()
     schema = func._schema
     plan = kernels.select(func, state)
+    # The reference, fallback and native kernels are the ATen overload itself: call it directly.
+    direct = func._op if plan.direct else None
     kernel = plan.kernel
-    memory = state.memory
+    track = state.memory.track
     write_sources = _write_aliases(schema)
+    may_resize = write_sources is not None and (
+        any(isinstance(w, str) for w in write_sources) or schema.name.split("::")[-1] in _METADATA_INPLACE
+    )
     single_return = len(schema.returns) == 1
     is_view = _returns_view(schema)
+    has_lists = _has_tensor_list(schema)
     has_device_kwarg = any(a.name == "device" and a.kwarg_only for a in schema.arguments)
     has_generator = any(a.name == "generator" for a in schema.arguments)
     generators = state.generators
+    make = DipuTensor._from_storage
 
     def wrap(out: Any, device: torch.device) -> Any:
         if type(out) is _Tensor:
             if not is_view:
-                memory.track(out, device.index)
-            return DipuTensor(out, device)
+                track(out, device.index)
+            return make(out, device)
         if type(out) is tuple or type(out) is list:
             return type(out)(wrap(o, device) for o in out)
         return out
 
     def handler(args: tuple, kwargs: dict | None) -> Any:
-        device = None
-        uargs = []
-        append = uargs.append
-        for x in args:
-            t = type(x)
-            if t is DipuTensor:
-                if device is None:
-                    device = x.device
-                append(x._raw)
-            elif (t is list or t is tuple) and x:
-                if device is None:
-                    device = _first_device(x)
-                append(_unwrap_list(x))
-            else:
-                append(x)
+        if has_lists:
+            device = _first_device(args)
+            uargs = [
+                x._raw if type(x) is DipuTensor else (_unwrap_list(x) if type(x) is list or type(x) is tuple else x)
+                for x in args
+            ]
+        else:
+            first = args[0] if args else None
+            device = first.device if type(first) is DipuTensor else _first_device(args)
+            uargs = [x._raw if type(x) is DipuTensor else x for x in args]
         if kwargs:
             ukwargs = {}
             for k, v in kwargs.items():
@@ -116,27 +141,38 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                         device = _first_device(v)
                     v = _unwrap_list(v)
                 ukwargs[k] = v
+            if has_device_kwarg:
+                requested = ukwargs.get("device")
+                if requested is not None:
+                    requested = torch.device(requested)
+                    if requested.type == "dipu":
+                        device = requested if requested.index is not None else state.device()
+                        ukwargs["device"] = _CPU
+                    else:
+                        device = None
         else:
             ukwargs = {}
-        target = device
-        if has_device_kwarg:
-            requested = ukwargs.get("device")
-            if requested is not None:
-                requested = torch.device(requested)
-                if requested.type == "dipu":
-                    target = requested if requested.index is not None else state.device()
-                    ukwargs["device"] = _CPU
-                else:
-                    target = None
-        if has_generator and ukwargs.get("generator") is None and target is not None:
-            ukwargs["generator"] = generators[target.index]
-        out = kernel(func, *uargs, **ukwargs)
+        if has_generator and device is not None and ukwargs.get("generator") is None:
+            ukwargs["generator"] = generators[device.index]
+        out = direct(*uargs, **ukwargs) if direct is not None else kernel(func, *uargs, **ukwargs)
         if write_sources is not None:
-            results = [args[s] if type(s) is int else kwargs[s] for s in write_sources]
-            return results[0] if single_return else tuple(results)
-        if target is None:
+            if may_resize:
+                for s in write_sources:
+                    w = args[s] if type(s) is int else kwargs[s]
+                    for t in w if type(w) is list or type(w) is tuple else (w,):
+                        if type(t) is DipuTensor:
+                            _refresh_metadata(t)
+            if single_return:
+                s = write_sources[0]
+                return args[s] if type(s) is int else kwargs[s]
+            return tuple(args[s] if type(s) is int else kwargs[s] for s in write_sources)
+        if device is None:
             return out
-        return wrap(out, target)
+        if type(out) is _Tensor:
+            if not is_view:
+                track(out, device.index)
+            return make(out, device)
+        return wrap(out, device)
 
     _HANDLERS[func] = handler
     return handler

@@ -45,6 +45,11 @@ class KernelPlan:
     function: DiopiFunction | None
     reason: str = ""
 
+    @property
+    def direct(self) -> bool:
+        """True when the kernel is the ATen overload itself (reference, fallback or native)."""
+        return self.kernel in (reference_impl, _native, _fallback)
+
 
 def op_names(func: torch._ops.OpOverload) -> tuple[str, str]:
     """``("add.Tensor", "add")``; the default overload is named by its packet alone (``"mm"``)."""

@@ -48,6 +48,21 @@ class MemoryTracker:
         if total > self.capacity[index]:
             raise self.out_of_memory(nbytes, index, already_allocated=True)
 
+    def resized(self, raw: torch.Tensor, index: int) -> None:
+        """Re-account the storage of ``raw`` after it was resized in place."""
+        storage = raw.untyped_storage()
+        entry = self._live.get(id(storage))
+        if entry is None:
+            self.track(raw, index)
+            return
+        ref, old, _ = entry
+        new = storage.nbytes()
+        self._live[id(storage)] = (ref, new, index)
+        self.allocated[index] += new - old
+        self.peak[index] = max(self.peak[index], self.allocated[index])
+        if self.allocated[index] > self.capacity[index]:
+            raise self.out_of_memory(new - old, index, already_allocated=True)
+
     def _release(self, key: int) -> None:
         entry = self._live.pop(key, None)
         if entry is not None:

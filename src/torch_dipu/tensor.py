@@ -37,6 +37,19 @@ class DipuTensor(torch.Tensor):
         return wrapper
 
     @classmethod
+    def _from_storage(cls, raw: torch.Tensor, device: torch.device) -> DipuTensor:
+        """Fast constructor used by the dispatcher (same result as ``DipuTensor(raw, device)``)."""
+        if raw.is_contiguous() and not raw.storage_offset():
+            wrapper = _make_wrapper(cls, raw.shape, dtype=raw.dtype, device=device)
+        else:
+            wrapper = _make_wrapper(
+                cls, raw.shape, strides=raw.stride(), storage_offset=raw.storage_offset(), dtype=raw.dtype,
+                device=device,
+            )
+        wrapper._raw = raw
+        return wrapper
+
+    @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
         handler = _HANDLERS.get(func)
         if handler is None:

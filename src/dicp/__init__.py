@@ -1,0 +1,1 @@
+"""dicp: planned (see the project's issues)."""

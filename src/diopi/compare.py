@@ -1,0 +1,314 @@
+"""How two results are judged: the one comparison engine every ditorch tool uses.
+
+A device result (``actual``) is compared with the CPU result in the same dtype (``expected``) and,
+optionally, with a float64 reference (``expected_fp64``). Each output tensor gets a
+:class:`TensorComparison` with its metrics (computed in float64) and a :class:`Verdict`:
+
+- ``PASS``: every element is within ``(atol, rtol)`` (``torch.isclose`` semantics, NaN equals NaN);
+- ``PASS (noise)``: outside the tolerance, but the device's error against float64 is no worse than
+  ``noise_factor`` times the CPU's error against float64 in the same dtype;
+- ``FAIL``: otherwise, or when NaN/Inf placement, shape, dtype or structure differ. Integer and
+  boolean results must match exactly.
+
+Tolerances default to ``torch.testing.assert_close``'s and are overridable by environment variables
+(see :func:`tolerance`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["TensorComparison", "Verdict", "all_passed", "compare_outputs", "compare_tensors", "tolerance"]
+
+ENV_PREFIX = "AUTOCOMPARE_ERROR_TOLERANCE"
+
+# torch.testing.assert_close defaults; float8 ones are ours (about one unit in the last place).
+_DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-5, 1e-3),
+    torch.bfloat16: (1e-5, 1.6e-2),
+    torch.float32: (1e-5, 1.3e-6),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex32: (1e-5, 1e-3),
+    torch.complex64: (1e-5, 1.3e-6),
+    torch.complex128: (1e-7, 1e-7),
+}
+for _name, _rtol in (("float8_e4m3fn", 0.125), ("float8_e4m3fnuz", 0.125), ("float8_e5m2", 0.25),
+                     ("float8_e5m2fnuz", 0.25)):
+    if hasattr(torch, _name):
+        _DEFAULT_TOLERANCES[getattr(torch, _name)] = (1e-5, _rtol)
+
+
+class Verdict(str, enum.Enum):
+    """The outcome of one comparison."""
+
+    PASS = "PASS"
+    PASS_NOISE = "PASS (noise)"
+    FAIL = "FAIL"
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """The comparison of one output leaf (a tensor or a plain value) at ``path``."""
+
+    path: str
+    verdict: Verdict
+    max_abs_error: float
+    max_rel_error: float
+    cosine_similarity: float
+    mismatch_ratio: float
+    atol: float
+    rtol: float
+    error_vs_fp64: float | None
+    cpu_error_vs_fp64: float | None
+    message: str
+
+
+def _is_exact(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def env_name(dtype: torch.dtype, op: str | None = None) -> str:
+    """The environment variable overriding the tolerance of ``dtype`` (and ``op``, when given)."""
+    name = f"{ENV_PREFIX}_{str(dtype).removeprefix('torch.').upper()}"
+    return f"{name}_{re.sub(r'[^0-9A-Za-z]', '_', op).upper()}" if op else name
+
+
+def _parse_env(name: str) -> tuple[float, float] | None:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    parts = value.split(",")
+    try:
+        atol, rtol = (float(p) for p in parts) if len(parts) == 2 else (math.nan, math.nan)
+    except ValueError:
+        atol = rtol = math.nan
+    if not (math.isfinite(atol) and math.isfinite(rtol) and atol >= 0 and rtol >= 0):
+        raise ValueError(f"{name}={value!r}: expected 'atol,rtol', two non-negative finite numbers")
+    return atol, rtol
+
+
+def tolerance(dtype: torch.dtype, op: str | None = None) -> tuple[float, float]:
+    """``(atol, rtol)`` for ``dtype``, optionally for one op.
+
+    Lookup order: ``AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>_<OP>`` (op upper-cased, non-alphanumerics as
+    ``_``), ``AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>``, ``AUTOCOMPARE_ERROR_TOLERANCE`` (any floating
+    dtype), then the ``torch.testing.assert_close`` default. Integer and bool dtypes are always exact.
+    Each value is ``"atol,rtol"``; a malformed one raises :class:`ValueError` naming the variable.
+    """
+    if _is_exact(dtype):
+        return 0.0, 0.0
+    names = ([env_name(dtype, op)] if op else []) + [env_name(dtype), ENV_PREFIX]
+    for name in names:
+        found = _parse_env(name)
+        if found is not None:
+            return found
+    return _DEFAULT_TOLERANCES.get(dtype, _DEFAULT_TOLERANCES[torch.float32])
+
+
+def _fail(path: str, message: str, atol: float = 0.0, rtol: float = 0.0, abs_error: float = math.inf,
+          rel_error: float = math.inf) -> TensorComparison:
+    return TensorComparison(path, Verdict.FAIL, abs_error, rel_error, math.nan, 1.0, atol, rtol, None, None,
+                            f"FAIL {path}: {message}")
+
+
+def _as_plain(t: torch.Tensor) -> torch.Tensor:
+    """A dense, strided, CPU, real-valued view of ``t``'s values (a copy when needed; ``t`` is untouched)."""
+    t = t.detach()
+    if t.is_quantized:
+        t = t.dequantize()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    t = t.cpu().resolve_conj().resolve_neg()
+    if t.dtype == torch.complex32:
+        t = t.to(torch.complex64)
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _index(flat: int, shape: torch.Size, complex_: bool) -> str:
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if len(shape) else ()
+    if complex_:
+        return f"{idx[:-1]}.{'imag' if idx[-1] else 'real'}"
+    return str(idx)
+
+
+def _max(t: torch.Tensor) -> float:
+    return float(t.max()) if t.numel() else 0.0
+
+
+def _cosine(a: torch.Tensor, e: torch.Tensor) -> float:
+    scale = max(_max(a.abs()), _max(e.abs()))
+    if scale == 0.0:
+        return 1.0
+    a, e = a / scale, e / scale
+    na, ne = float(a.norm()), float(e.norm())
+    if na == 0.0 or ne == 0.0:
+        return 0.0
+    return max(-1.0, min(1.0, float((a * e).sum()) / (na * ne)))
+
+
+def compare_tensors(actual: Any, expected: Any, *, expected_fp64: torch.Tensor | None = None, op: str | None = None,
+                    atol: float | None = None, rtol: float | None = None, noise_factor: float = 2.0,
+                    path: str = "out") -> TensorComparison:
+    """Compare one device tensor with its CPU reference (and optionally a float64 reference).
+
+    ``actual`` may live on any device; no input is modified. Shape, dtype or type mismatches are
+    FAIL results, never exceptions. ``atol``/``rtol`` default to :func:`tolerance`.
+    """
+    if not isinstance(actual, torch.Tensor) or not isinstance(expected, torch.Tensor):
+        return _fail(path, f"expected {type(expected).__name__}, got {type(actual).__name__}")
+    if actual.dtype != expected.dtype:
+        return _fail(path, f"dtype mismatch: actual {actual.dtype}, expected {expected.dtype}")
+    if actual.shape != expected.shape:
+        return _fail(path, f"shape mismatch: actual {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if actual.is_meta or expected.is_meta:
+        return _fail(path, "a meta tensor has no values to compare")
+    exact = _is_exact(expected.dtype)
+    default_atol, default_rtol = tolerance(expected.dtype, op)
+    atol = 0.0 if exact else (default_atol if atol is None else float(atol))
+    rtol = 0.0 if exact else (default_rtol if rtol is None else float(rtol))
+    if expected.numel() == 0:
+        return TensorComparison(path, Verdict.PASS, 0.0, 0.0, 1.0, 0.0, atol, rtol, None, None,
+                                f"PASS {path}: empty tensor of shape {tuple(expected.shape)}")
+
+    a_raw, e_raw = _as_plain(actual), _as_plain(expected)
+    a, e = a_raw.to(torch.float64), e_raw.to(torch.float64)
+    shape, complex_ = a.shape, expected.is_complex()
+    finite = a.isfinite() & e.isfinite()
+    special_ok = (a.isnan() & e.isnan()) | (~finite & (a == e))
+    diff = torch.where(finite, (a - e).abs(), 0.0)
+    bound = atol + rtol * e.abs()
+    # Integers compare in their own dtype: int64 beyond 2**53 would round in float64.
+    close = a_raw == e_raw if exact else torch.where(finite, diff <= bound, special_ok)
+    mismatches = ~close
+    n_bad = int(mismatches.sum())
+    ea = torch.where(finite, e.abs(), 1.0)
+    rel = torch.where(diff == 0, 0.0, diff / ea)
+    max_abs, max_rel = _max(diff), _max(rel)
+    a_fin, e_fin = torch.where(finite, a, 0.0), torch.where(finite, e, 0.0)
+    cosine = _cosine(a_fin, e_fin)
+    ratio = n_bad / a.numel()
+
+    err64 = cpu_err64 = None
+    if isinstance(expected_fp64, torch.Tensor) and expected_fp64.shape == expected.shape and not exact:
+        r = _as_plain(expected_fp64).to(torch.float64)
+        ok = finite & r.isfinite()
+        err64 = _max(torch.where(ok, (a - r).abs(), 0.0))
+        cpu_err64 = _max(torch.where(ok, (e - r).abs(), 0.0))
+
+    def result(verdict: Verdict, message: str) -> TensorComparison:
+        return TensorComparison(path, verdict, max_abs, max_rel, cosine, ratio, atol, rtol, err64, cpu_err64,
+                                f"{verdict.value} {path}: {message}")
+
+    summary = f"max abs {max_abs:.3g}, max rel {max_rel:.3g}, cosine {cosine:.6f}"
+    if n_bad == 0:
+        return result(Verdict.PASS, summary)
+    special_bad = ~finite & ~special_ok
+    if special_bad.any():
+        i = int(special_bad.flatten().nonzero()[0])
+        where = _index(i, shape, complex_)
+        return result(Verdict.FAIL, f"NaN/Inf placement differs at {int(special_bad.sum())} element(s), first at "
+                                    f"index {where}: actual {float(a.flatten()[i])}, expected {float(e.flatten()[i])}")
+    if err64 is not None and cpu_err64 is not None:
+        # A tiny slack, relative to the values: when the CPU is exact against float64, the device must be too.
+        eps = max(torch.finfo(torch.float64).eps * _max(e_fin.abs()), torch.finfo(torch.float64).tiny)
+        if err64 <= noise_factor * cpu_err64 + eps:
+            return result(Verdict.PASS_NOISE, f"{n_bad}/{a.numel()} outside atol={atol:g}, rtol={rtol:g} but "
+                                              f"error vs float64 {err64:.3g} <= {noise_factor:g} x CPU's "
+                                              f"{cpu_err64:.3g}; {summary}")
+    i = int(torch.where(mismatches, diff, -1.0).flatten().argmax())
+    a_i, e_i = float(a.flatten()[i]), float(e.flatten()[i])
+    vs64 = f"; error vs float64 {err64:.3g} > {noise_factor:g} x CPU's {cpu_err64:.3g}" if err64 is not None else ""
+    return result(Verdict.FAIL, f"{n_bad}/{a.numel()} elements ({100 * ratio:.1f}%) outside atol={atol:g}, "
+                                f"rtol={rtol:g}; worst at index {_index(i, shape, complex_)}: actual {a_i:.6g} vs "
+                                f"expected {e_i:.6g} (abs {abs(a_i - e_i):.3g}, rel {float(rel.flatten()[i]):.3g})"
+                                f"{vs64}")
+
+
+def _field_names(x: Any) -> tuple[str, ...] | None:
+    """Field names of a namedtuple or a ``torch.return_types`` structseq, else None."""
+    if isinstance(x, tuple):
+        names = getattr(x, "_fields", None) or getattr(type(x), "__match_args__", None)
+        if names and len(names) == len(x):
+            return tuple(names)
+    return None
+
+
+def _compare_leaf(actual: Any, expected: Any, expected_fp64: Any, path: str, op: str | None, atol: float | None,
+                  rtol: float | None, noise_factor: float) -> TensorComparison:
+    if type(actual) is not type(expected):
+        return _fail(path, f"expected {type(expected).__name__} {expected!r}, got {type(actual).__name__} {actual!r}")
+    if isinstance(expected, (float, complex)):  # Python scalars: the tolerance of the default dtype
+        dtype = torch.get_default_dtype() if isinstance(expected, float) else torch.complex64
+        ref = torch.tensor(expected_fp64, dtype=torch.float64 if isinstance(expected, float) else torch.complex128) \
+            if isinstance(expected_fp64, (int, float, complex)) and not isinstance(expected_fp64, bool) else None
+        a_atol, a_rtol = tolerance(dtype, op)
+        atol, rtol = (a_atol if atol is None else atol), (a_rtol if rtol is None else rtol)
+        t = torch.complex128 if isinstance(expected, complex) else torch.float64
+        return compare_tensors(torch.tensor(actual, dtype=t), torch.tensor(expected, dtype=t), expected_fp64=ref,
+                               atol=atol, rtol=rtol, noise_factor=noise_factor, path=path)
+    try:
+        equal = bool(actual == expected)
+    except Exception as exc:  # an uncomparable leaf is a finding, not a crash
+        return _fail(path, f"cannot compare {type(expected).__name__} values: {exc}")
+    if not equal:
+        error = math.inf
+        if isinstance(expected, int) and not isinstance(expected, bool):
+            error = float(abs(actual - expected))
+        return _fail(path, f"actual {actual!r} != expected {expected!r}", abs_error=error,
+                     rel_error=error / abs(expected) if error != math.inf and expected else math.inf)
+    return TensorComparison(path, Verdict.PASS, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, None, None,
+                            f"PASS {path}: {expected!r}")
+
+
+def compare_outputs(actual: Any, expected: Any, *, expected_fp64: Any = None, op: str | None = None,
+                    atol: float | None = None, rtol: float | None = None,
+                    noise_factor: float = 2.0) -> list[TensorComparison]:
+    """Compare nested outputs leaf by leaf; one :class:`TensorComparison` per leaf or structure mismatch.
+
+    Tuples, lists, dicts, namedtuples and ``torch.return_types`` are walked in parallel (paths like
+    ``out[1]``, ``out.values``, ``out['key']``); tensors go to :func:`compare_tensors`, Python floats
+    use the tolerance, other leaves compare by equality. Mismatches are FAIL entries, never exceptions.
+    """
+    results: list[TensorComparison] = []
+
+    def walk(a: Any, e: Any, r: Any, path: str) -> None:
+        if isinstance(a, torch.Tensor) or isinstance(e, torch.Tensor):
+            results.append(compare_tensors(a, e, expected_fp64=r if isinstance(r, torch.Tensor) else None, op=op,
+                                           atol=atol, rtol=rtol, noise_factor=noise_factor, path=path))
+        elif isinstance(e, (tuple, list)) and not isinstance(e, torch.Size):
+            if type(a) is not type(e):
+                results.append(_fail(path, f"expected {type(e).__name__}, got {type(a).__name__}"))
+            elif len(a) != len(e):
+                results.append(_fail(path, f"length mismatch: actual {len(a)}, expected {len(e)}"))
+            else:
+                names = _field_names(e)
+                refs = list(r) if isinstance(r, (tuple, list)) and len(r) == len(e) else [None] * len(e)
+                for i, (ai, ei, ri) in enumerate(zip(a, e, refs, strict=True)):
+                    walk(ai, ei, ri, f"{path}.{names[i]}" if names else f"{path}[{i}]")
+        elif isinstance(e, dict):
+            if not isinstance(a, dict):
+                results.append(_fail(path, f"expected {type(e).__name__}, got {type(a).__name__}"))
+                return
+            missing, extra = [k for k in e if k not in a], [k for k in a if k not in e]
+            if missing or extra:
+                results.append(_fail(path, f"keys differ: missing {missing}, unexpected {extra}"))
+            for k in e:
+                if k in a:
+                    walk(a[k], e[k], r.get(k) if isinstance(r, dict) else None, f"{path}[{k!r}]")
+        else:
+            results.append(_compare_leaf(a, e, r, path, op, atol, rtol, noise_factor))
+
+    walk(actual, expected, expected_fp64, "out")
+    return results
+
+
+def all_passed(results: list[TensorComparison]) -> bool:
+    """True when no result is a FAIL (``PASS (noise)`` counts as passed)."""
+    return all(r.verdict is not Verdict.FAIL for r in results)

@@ -1,0 +1,1 @@
+"""dlinfer: planned (see the project's issues)."""

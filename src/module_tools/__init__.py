@@ -1,0 +1,1 @@
+"""module_tools: planned (see the project's issues)."""

@@ -1,0 +1,1 @@
+"""op_tools: planned (see the project's issues)."""
