@@ -47,7 +47,7 @@ def set_force_fallback(entries: list[str] | str) -> None:
     from torch_dipu.config import split_list
 
     state = get_state()
-    items = split_list(entries) if isinstance(entries, str) else list(entries)
+    items = split_list(entries) if isinstance(entries, str) else [e.strip() for e in entries if e.strip()]
     state.force_fallback_patterns = kernels.parse_fallback_list(items)
     state.config.force_fallback = items
     dispatch.clear_handlers()

@@ -87,6 +87,16 @@ def _has_tensor_list(schema: torch._C.FunctionSchema) -> bool:
     return any(str(a.type).startswith(("List[Tensor", "List[Optional[Tensor")) for a in schema.arguments)
 
 
+def _make_view(raw: torch.Tensor, device: torch.device) -> DipuTensor:
+    """Wrap a view; it keeps the storage tensor's conjugate and negative bits (``_conj``, ``_neg_view``)."""
+    wrapper = DipuTensor._from_storage(raw, device)
+    if raw.is_conj():
+        torch._C._set_conj(wrapper, True)
+    if raw.is_neg():
+        torch._C._set_neg(wrapper, True)
+    return wrapper
+
+
 def build_handler(func: torch._ops.OpOverload) -> Handler:
     """Build, cache and return the handler for ATen overload ``func``."""
     state = get_state()
@@ -106,7 +116,7 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     has_device_kwarg = any(a.name == "device" and a.kwarg_only for a in schema.arguments)
     has_generator = any(a.name == "generator" for a in schema.arguments)
     generators = state.generators
-    make = DipuTensor._from_storage
+    make = _make_view if is_view else DipuTensor._from_storage
 
     def wrap(out: Any, device: torch.device) -> Any:
         if type(out) is _Tensor:

@@ -90,6 +90,13 @@ def copy_from_and_resize(src, dst):  # noqa: ANN001, ANN201
     return copy_from(src, dst)
 
 
+def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):  # noqa: ANN001, ANN201
+    """``aten::_efficientzerotensor`` (autograd's zero gradients, e.g. ``sgn`` of a real tensor): dense zeros."""
+    out = new_tensor(size, _contiguous_strides(size), dtype, device)
+    out._raw.zero_()
+    return out
+
+
 def register() -> None:
     """Register the PrivateUse1 kernels (idempotent)."""
     global _LIBRARY
@@ -100,6 +107,7 @@ def register() -> None:
     lib.impl("empty_strided", empty_strided, "PrivateUse1")
     lib.impl("_copy_from", copy_from, "PrivateUse1")
     lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
+    lib.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
     _LIBRARY = lib
 
 

@@ -116,8 +116,9 @@ def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
         plan = KernelPlan(plan.kind, _with_device_rng(plan.kernel, state), plan.function, plan.reason)
     if plan.kind == "fallback":
         name = op_names(func)[0]
+        first = name not in state.fallback_ops  # log once per process, even when handlers are rebuilt
         state.fallback_ops.add(name)
-        if state.config.log_fallback:
+        if state.config.log_fallback and first:
             print(f"[torch_dipu] fallback to CPU: aten.{name} ({plan.reason})", flush=True)
         log.debug("fallback to CPU: aten.%s (%s)", name, plan.reason)
     return plan

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from torch_dipu import composites, device_module, factories
+from torch_dipu import autocast, composites, device_module, factories, shutdown
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
@@ -31,10 +31,21 @@ class DipuGuard(torch._C._acc.DeviceGuard):
     current device itself (``torch.dipu.set_device``)."""
 
     def type_(self) -> torch._C._autograd.DeviceType:
-        return torch._C._autograd.DeviceType.PrivateUse1
+        # Called from C++ for every device/stream guard autograd makes: keep it a constant lookup.
+        return _PRIVATEUSE1
 
 
 _KEEPALIVE: list[object] = []
+_PRIVATEUSE1 = torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _restore_dipu_storage(storage: object, location: str) -> object | None:
+    """``torch.load(map_location="dipu")``: keep the host storage; the tensor rebuild moves it to dipu.
+
+    dipu tensors pickle as a CPU tensor plus their device (``DipuTensor.__reduce_ex__``). Without this
+    deserializer PyTorch would try to allocate a dipu storage directly, which a Python backend cannot do.
+    """
+    return storage if location.startswith(DEVICE_NAME) else None
 
 
 def register_device() -> None:
@@ -58,6 +69,9 @@ def register_device() -> None:
     )
     factories.register()
     composites.register()
+    autocast.register()
+    shutdown.register()
+    torch.serialization.register_package(15, lambda storage: None, _restore_dipu_storage)
     # Let optimizers pick their foreach implementation on dipu, as they do on CUDA.
     optimizer_module = sys.modules["torch.optim.optimizer"]
     if DipuTensor not in optimizer_module._foreach_supported_types:

@@ -1,0 +1,60 @@
+"""The ``ditorch`` command line: one argparse subcommand per tool (``ditorch <command> --help``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from ditorch import __version__
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
+    return value
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ditorch import demo
+
+    return demo.run(steps=args.steps, device=args.device, seed=args.seed, lr=args.lr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ditorch",
+        description="ditorch: run PyTorch models on any device (native accelerators or the dipu device).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="<command>")
+
+    from ditorch import demo  # light: transformers is imported only when the demo runs
+
+    p = commands.add_parser(
+        "demo",
+        help="train a tiny Llama-style model for a few steps on the best available device",
+        description="Train a tiny Llama-style model (2 layers, hidden 128) on synthetic data for a few steps "
+                    "on the best available device: a native accelerator if PyTorch has one, else dipu.",
+    )
+    p.add_argument("--steps", type=_non_negative_int, default=demo.DEFAULT_STEPS,
+                   help=f"training steps (default {demo.DEFAULT_STEPS})")
+    p.add_argument("--device", default=None,
+                   help="device to use instead of the best available one (cpu, dipu, dipu:1, ...)")
+    p.add_argument("--seed", type=int, default=demo.DEFAULT_SEED, help=f"random seed (default {demo.DEFAULT_SEED})")
+    p.add_argument("--lr", type=float, default=demo.DEFAULT_LR,
+                   help=f"AdamW learning rate (default {demo.DEFAULT_LR:g})")
+    p.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return 0
+    return args.handler(args)

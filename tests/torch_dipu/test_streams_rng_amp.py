@@ -1,0 +1,66 @@
+"""Streams, events, synchronize, per-device RNG and autocast on dipu."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+
+def test_streams_and_synchronize():
+    default = torch.dipu.current_stream()
+    assert default == torch.dipu.default_stream()
+    s = torch.dipu.Stream()
+    assert s.device == torch.device("dipu", 0)
+    with torch.dipu.stream(s):
+        assert torch.dipu.current_stream() == s
+        y = torch.ones(3, device="dipu") * 2
+    assert torch.dipu.current_stream() == default
+    torch.dipu.synchronize()
+    s.synchronize()
+    assert s.query()
+    assert torch.equal(y.cpu(), torch.full((3,), 2.0))
+
+
+def test_event_timing_requires_record():
+    e1, e2 = torch.dipu.Event(enable_timing=True), torch.dipu.Event(enable_timing=True)
+    with pytest.raises(RuntimeError):
+        e1.elapsed_time(e2)
+    e1.record()
+    e2.record()
+    assert 0 <= e1.elapsed_time(e2) < 1000
+
+
+def test_dipu_manual_seed():
+    torch.dipu.manual_seed(7)
+    a = torch.rand(5, device="dipu").cpu()
+    torch.dipu.manual_seed(7)
+    b = torch.rand(5, device="dipu").cpu()
+    torch.dipu.manual_seed(8)
+    c = torch.rand(5, device="dipu").cpu()
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    state = torch.dipu.get_rng_state()
+    d = torch.randn(4, device="dipu").cpu()
+    torch.dipu.set_rng_state(state)
+    assert torch.equal(torch.randn(4, device="dipu").cpu(), d)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_matches_cpu(dtype):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    model_d = copy.deepcopy(model).dipu()
+    x = torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=dtype):
+        want = model(x)
+    with torch.autocast("dipu", dtype=dtype):
+        got = model_d(x.dipu())
+        summed = got + got
+        fp32 = torch.exp(got)
+    assert got.dtype == dtype == want.dtype
+    assert summed.dtype == dtype and fp32.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), want)
+    got.float().sum().backward()
+    assert model_d.weight.grad.dtype == torch.float32
+    assert model_d(x.dipu()).dtype == torch.float32  # outside autocast
