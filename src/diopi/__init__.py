@@ -2,7 +2,7 @@
 
 The lowest layer of ditorch, free of import side effects. It defines what an operator is
 (:mod:`diopi.registry`), which ATen overloads map to which DIOPI function
-(:mod:`diopi.functions`), and how two results are judged (:mod:`diopi.compare`).
+(:mod:`diopi.function_table`), and how two results are judged (:mod:`diopi.compare`).
 """
 
 from diopi.registry import (

@@ -70,7 +70,7 @@ def register_function(fn: DiopiFunction) -> DiopiFunction:
 
 def _ensure_loaded() -> None:
     if not _FUNCTIONS:
-        importlib.import_module("diopi.functions")  # registers the table
+        importlib.import_module("diopi.function_table")  # registers the table
 
 
 def get_function(name: str) -> DiopiFunction:

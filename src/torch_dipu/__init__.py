@@ -12,12 +12,15 @@ from torch_dipu import dispatch, kernels
 from torch_dipu.config import DipuConfig
 from torch_dipu.memory import MemoryTracker
 from torch_dipu.registration import DEVICE_NAME, register_device
-from torch_dipu.runtime import DeviceRuntime
+from torch_dipu.runtime import DeviceRuntime, UnsupportedDtypeError
 from torch_dipu.state import DipuState, get_state, set_state
 from torch_dipu.tensor import DipuTensor
 from torch_dipu.vendors import load_vendor
 
-__all__ = ["DEVICE_NAME", "DeviceRuntime", "DipuTensor", "fallback_ops", "runtime", "set_force_fallback"]
+__all__ = [
+    "DEVICE_NAME", "DeviceRuntime", "DipuTensor", "UnsupportedDtypeError", "fallback_ops", "runtime",
+    "set_force_fallback",
+]
 __version__ = "0.1.0"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_dipu.runtime import UnsupportedDtypeError
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
@@ -32,7 +33,7 @@ def _device_index(device: torch.device | str | None) -> int:
 def _check_dtype(dtype: torch.dtype) -> None:
     runtime = get_state().runtime
     if not runtime.supports_dtype(dtype):
-        raise TypeError(
+        raise UnsupportedDtypeError(
             f"{runtime.name} does not support dtype {dtype} (unsupported on this device); "
             "cast the tensor to a supported dtype first"
         )

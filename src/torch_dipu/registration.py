@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from torch_dipu import autocast, composites, device_module, factories, shutdown
+from torch_dipu import accelerator, autocast, composites, device_module, factories, shutdown
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
@@ -70,6 +70,7 @@ def register_device() -> None:
     factories.register()
     composites.register()
     autocast.register()
+    accelerator.install()
     shutdown.register()
     torch.serialization.register_package(15, lambda storage: None, _restore_dipu_storage)
     # Let optimizers pick their foreach implementation on dipu, as they do on CUDA.

@@ -20,6 +20,14 @@ from diopi import DiopiFunction
 Kernel = Callable[..., Any]
 
 
+class UnsupportedDtypeError(RuntimeError):
+    """An operator or tensor uses a dtype the active device does not support (e.g. float64 on many NPUs).
+
+    A RuntimeError, not a TypeError: Python's operator syntax (``a + b``) would turn a TypeError into
+    "unsupported operand type(s)" and hide which operator and dtype are at fault.
+    """
+
+
 class DeviceRuntime(ABC):
     """Base class of a vendor runtime. Subclasses override the abstract methods; the rest have defaults."""
 

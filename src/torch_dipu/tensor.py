@@ -57,13 +57,19 @@ class DipuTensor(torch.Tensor):
         return handler(args, kwargs)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
-        # Print like a CUDA tensor: tensor([...], device='dipu:0').
-        text = super().__repr__(tensor_contents=tensor_contents)
+        # Print like a CUDA tensor: tensor([...], device='dipu:0'). The values are formatted from a host
+        # copy, so printing needs no device kernels (the formatter uses float64, which some devices lack).
         prefix = type(self).__name__ + "("
+        if tensor_contents is None and self.numel() > 0 and self.layout == torch.strided:
+            tensor_contents = torch._tensor_str._tensor_str(self.detach().cpu(), len(prefix))
+        text = super().__repr__(tensor_contents=tensor_contents)
+        is_param = text.startswith("Parameter(" + prefix)
+        if is_param:  # torch prints custom-tensor parameters as Parameter(DipuTensor(...))
+            text = text[len("Parameter("):-1]
         if text.startswith(prefix):
             pad = " " * (len(prefix) - len("tensor("))
             text = "tensor(" + text[len(prefix):].replace("\n" + pad, "\n")
-        return text
+        return "Parameter containing:\n" + text if is_param else text
 
     def tolist(self) -> Any:
         return self.cpu().tolist()

@@ -48,11 +48,17 @@ def configure(**changes: Any) -> None:
     ``matmul_precision``, ``memory_capacity`` (bytes or "16GiB"), ``device_count``."""
     if isinstance(changes.get("memory_capacity"), str):
         changes["memory_capacity"] = parse_size(changes["memory_capacity"])
+    from torch_dipu.state import get_state
+
     rt = runtime()
+    count = changes.get("device_count", rt.traits.device_count)
+    if count != len(get_state().generators):
+        raise ValueError(
+            f"droplet device_count is fixed when torch_dipu is imported ({len(get_state().generators)}); "
+            "set DROPLET_DEVICE_COUNT before the import to change it"
+        )
     rt.reconfigure(**changes)
     if "memory_capacity" in changes:
-        from torch_dipu.state import get_state
-
         memory = get_state().memory
         memory.capacity[:] = [rt.traits.memory_capacity] * len(memory.capacity)
 

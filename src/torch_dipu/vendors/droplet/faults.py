@@ -112,6 +112,15 @@ def _written_positions(op: torch._ops.OpOverload) -> tuple[list[int], list[str]]
     return positions, names
 
 
+def _scratch_copy(value: Any) -> Any:
+    """A copy of a written argument (a tensor or a list of tensors) for the kernel to write into instead."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_scratch_copy(v) for v in value)
+    return value
+
+
 def _misread(t: torch.Tensor) -> torch.Tensor:
     """What a kernel that ignores strides reads: the storage walked as if the tensor were contiguous."""
     contiguous = torch.empty(t.shape, dtype=t.dtype, device="meta").stride()
@@ -147,9 +156,8 @@ def inject(kernel: Kernel, fault: Fault, op: torch._ops.OpOverload) -> Kernel:
             return kernel
 
         def inplace_lost(o: Any, *args: Any, **kwargs: Any) -> Any:
-            args = tuple(a.clone() if i in positions and isinstance(a, torch.Tensor) else a
-                         for i, a in enumerate(args))
-            kwargs = {k: (v.clone() if k in names and isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+            args = tuple(_scratch_copy(a) if i in positions else a for i, a in enumerate(args))
+            kwargs = {k: (_scratch_copy(v) if k in names else v) for k, v in kwargs.items()}
             kernel(o, *args, **kwargs)
             return None  # the dispatcher returns the caller's (unchanged) tensors
         return inplace_lost

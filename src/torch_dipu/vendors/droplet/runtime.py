@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from diopi import DiopiFunction
-from torch_dipu.runtime import DeviceRuntime, Kernel
+from torch_dipu.runtime import DeviceRuntime, Kernel, UnsupportedDtypeError
 from torch_dipu.vendors.droplet.faults import Fault, inject, parse_faults
 from torch_dipu.vendors.droplet.traits import DropletTraits
 
@@ -41,14 +41,16 @@ def _dtype_checked(kernel: Kernel, unsupported: frozenset[torch.dtype], op_name:
     def check(value: Any) -> None:
         if isinstance(value, torch.Tensor):
             if value.dtype in unsupported:
-                raise TypeError(
+                raise UnsupportedDtypeError(
                     f"droplet: aten.{op_name} does not support {value.dtype} on this device "
                     f"(DROPLET_UNSUPPORTED_DTYPES); cast to a supported dtype or add the operator to "
                     f"DIPU_FORCE_FALLBACK_OPS_LIST"
                 )
         elif isinstance(value, torch.dtype):
             if value in unsupported:
-                raise TypeError(f"droplet: aten.{op_name} cannot produce {value}: unsupported on this device")
+                raise UnsupportedDtypeError(
+                    f"droplet: aten.{op_name} cannot produce {value}: unsupported on this device"
+                )
         elif isinstance(value, (list, tuple)):
             for v in value:
                 check(v)

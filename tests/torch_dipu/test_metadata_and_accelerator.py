@@ -1,0 +1,84 @@
+"""Tensor metadata that changes under a write (out=, resize_, unsqueeze_), printing, torch.accelerator."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_dipu.vendors import droplet
+
+
+def test_out_argument_of_the_wrong_size_is_resized() -> None:
+    a = torch.arange(6.0).reshape(2, 3)
+    out = torch.empty(0, device="dipu")
+    before = torch.dipu.memory_allocated()
+    result = torch.add(a.to("dipu"), 1, out=out)
+    assert result is out
+    assert out.shape == (2, 3)
+    assert torch.equal(out.cpu(), a + 1)
+    assert torch.dipu.memory_allocated() - before == 6 * 4
+
+
+def test_out_tuple_of_the_wrong_size_is_resized() -> None:
+    values, indices = torch.empty(0, device="dipu"), torch.empty(0, dtype=torch.long, device="dipu")
+    data = torch.tensor([3.0, 1.0, 2.0])
+    torch.sort(data.to("dipu"), out=(values, indices))
+    assert torch.equal(values.cpu(), torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.equal(indices.cpu(), torch.tensor([1, 2, 0]))
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "shape"),
+    [("unsqueeze_", (0,), (1, 2, 3)), ("t_", (), (3, 2)), ("squeeze_", (), (2, 3)), ("resize_", ((3, 2),), (3, 2))],
+)
+def test_in_place_metadata_operators_update_the_tensor(method: str, args: tuple, shape: tuple) -> None:
+    base = torch.arange(6.0).reshape(2, 3)
+    x = base.to("dipu")
+    getattr(x, method)(*args)
+    expected = getattr(base.clone(), method)(*args)
+    assert x.shape == shape == expected.shape
+    assert x.stride() == expected.stride()
+    assert torch.equal(x.cpu(), expected)
+
+
+def test_factories_built_from_out_calls() -> None:
+    assert torch.equal(torch.arange(1, 7, 2, device="dipu").cpu(), torch.tensor([1, 3, 5]))
+    assert torch.equal(torch.eye(2, 3, device="dipu").cpu(), torch.eye(2, 3))
+
+
+def test_printing_needs_no_float64_kernels() -> None:
+    x = torch.tensor([[1.5, -2.0], [0.25, 3.0]], device="dipu")
+    with droplet.switches(unsupported_dtypes={torch.float64}):
+        text = repr(x)
+    assert text == "tensor([[ 1.5000, -2.0000],\n        [ 0.2500,  3.0000]], device='dipu:0')"
+
+
+def test_parameter_prints_like_cuda() -> None:
+    p = torch.nn.Parameter(torch.ones(2, device="dipu"))
+    assert repr(p) == "Parameter containing:\ntensor([1., 1.], device='dipu:0', requires_grad=True)"
+
+
+def test_device_count_cannot_change_after_import() -> None:
+    with pytest.raises(ValueError, match="DROPLET_DEVICE_COUNT"):
+        droplet.configure(device_count=torch.dipu.device_count() + 1)
+
+
+def test_accelerator_device_index_and_synchronize_follow_torch_dipu() -> None:
+    assert torch.accelerator.current_accelerator().type == "dipu"
+    torch.dipu.set_device(2)
+    assert torch.accelerator.current_device_index() == 2
+    torch.accelerator.set_device_index(1)
+    assert torch.dipu.current_device() == 1
+    with torch.accelerator.device_index(3):
+        assert torch.randn(1, device="dipu").device == torch.device("dipu", 3)
+    assert torch.accelerator.current_device_index() == 1
+    torch.accelerator.synchronize()  # raised "Backend doesn't support synchronizing" before routing
+
+
+def test_inplace_lost_also_drops_foreach_writes() -> None:
+    params = [torch.ones(3, device="dipu"), torch.ones(2, device="dipu")]
+    with droplet.switches(faults="_foreach_add_.*:inplace_lost"):
+        torch._foreach_add_(params, 1.0)
+    assert all(torch.equal(p.cpu(), torch.ones_like(p.cpu())) for p in params)
+    torch._foreach_add_(params, 1.0)
+    assert all(torch.equal(p.cpu(), torch.full_like(p.cpu(), 2.0)) for p in params)
