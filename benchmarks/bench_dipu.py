@@ -10,7 +10,8 @@ Cases (value = dipu, baseline = CPU, ratio = value / baseline; lower is better):
 * ``dispatch_view_overhead_us``: the same for a view op (``x.t()``).
 
 The machine is assumed to be small and noisy: every case warms up first, then CPU and dipu measurements
-are interleaved over several rounds (alternating which goes first) and the medians are reported.
+are interleaved over several rounds (alternating which goes first); values are medians and the ratio is
+the median of the per-round ratios.
 Writes one JSON file in the project's benchmark format (see benchmarks/README.md) and prints a short table.
 """
 
@@ -84,11 +85,14 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, calls: int, w
 def result(case: str, unit: str, samples: dict[str, list[float]], scale: float) -> dict:
     value = statistics.median(samples["dipu"]) * scale
     baseline = statistics.median(samples["cpu"]) * scale
+    # The ratio is the median of per-round ratios: each round times both devices back to back, so a
+    # slow spell of the machine affects both sides of a ratio alike.
+    ratio = statistics.median(d / c for d, c in zip(samples["dipu"], samples["cpu"], strict=True))
     return {
         "case": case,
         "value": round(value, 4),
         "baseline": round(baseline, 4),
-        "ratio": round(value / baseline, 3),
+        "ratio": round(ratio, 3),
         "unit": unit,
         "spread": {  # min/max of the per-round times, for judging the noise
             "dipu": [round(min(samples["dipu"]) * scale, 4), round(max(samples["dipu"]) * scale, 4)],
@@ -159,7 +163,7 @@ def print_table(results: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Benchmark dipu against the CPU (see benchmarks/README.md).")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output file (default {DEFAULT_OUT})")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved measurement rounds (default 15)")
     args = parser.parse_args(argv)
     results = run(args.rounds)
     report = {

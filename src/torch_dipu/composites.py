@@ -26,11 +26,7 @@ def scaled_dot_product_attention(
         _storage(query), _storage(key), _storage(value), _storage(attn_mask), dropout_p, is_causal,
         scale=scale, enable_gqa=enable_gqa,
     ) == int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
-    if fused:
-        if enable_gqa and key.size(-3) != query.size(-3):
-            groups = query.size(-3) // key.size(-3)
-            key = key.repeat_interleave(groups, dim=-3)
-            value = value.repeat_interleave(groups, dim=-3)
+    if fused:  # the fused kernel takes grouped-query key/value heads as they are
         return aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
         )[0]

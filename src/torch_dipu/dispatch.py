@@ -15,7 +15,7 @@ import torch
 
 from torch_dipu import kernels
 from torch_dipu.state import get_state
-from torch_dipu.tensor import _HANDLERS, DipuTensor
+from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage
 
 Handler = Callable[[tuple, dict | None], Any]
 _CPU = torch.device("cpu")
@@ -89,7 +89,7 @@ def _has_tensor_list(schema: torch._C.FunctionSchema) -> bool:
 
 def _make_view(raw: torch.Tensor, device: torch.device) -> DipuTensor:
     """Wrap a view; it keeps the storage tensor's conjugate and negative bits (``_conj``, ``_neg_view``)."""
-    wrapper = DipuTensor._from_storage(raw, device)
+    wrapper = from_storage(raw, device)
     if raw.is_conj():
         torch._C._set_conj(wrapper, True)
     if raw.is_neg():
@@ -116,7 +116,7 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     has_device_kwarg = any(a.name == "device" and a.kwarg_only for a in schema.arguments)
     has_generator = any(a.name == "generator" for a in schema.arguments)
     generators = state.generators
-    make = _make_view if is_view else DipuTensor._from_storage
+    make = _make_view if is_view else from_storage
 
     def wrap(out: Any, device: torch.device) -> Any:
         if type(out) is _Tensor:
@@ -160,11 +160,13 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                         ukwargs["device"] = _CPU
                     else:
                         device = None
+            if has_generator and device is not None and ukwargs.get("generator") is None:
+                ukwargs["generator"] = generators[device.index]
+            out = direct(*uargs, **ukwargs) if direct is not None else kernel(func, *uargs, **ukwargs)
+        elif has_generator and device is not None:
+            out = kernel(func, *uargs, generator=generators[device.index])
         else:
-            ukwargs = {}
-        if has_generator and device is not None and ukwargs.get("generator") is None:
-            ukwargs["generator"] = generators[device.index]
-        out = direct(*uargs, **ukwargs) if direct is not None else kernel(func, *uargs, **ukwargs)
+            out = direct(*uargs) if direct is not None else kernel(func, *uargs)
         if write_sources is not None:
             if may_resize:
                 for s in write_sources:
