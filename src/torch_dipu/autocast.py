@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-_LIBRARY: torch.library.Library | None = None
 _KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
 
 LOWER_PRECISION = (
@@ -73,14 +72,10 @@ def _kernel(op: torch._ops.OpOverload, policy: str) -> Callable[..., Any]:
     return run
 
 
-def register() -> None:
-    """Register the AutocastPrivateUse1 kernels (idempotent)."""
-    global _LIBRARY
-    if _LIBRARY is not None:
-        return
-    fallthrough = torch.library.Library("_", "IMPL")
+def register(lib: torch.library.Library, fallthrough: torch.library.Library) -> None:
+    """Register the AutocastPrivateUse1 kernels into ``lib`` (an ``aten`` IMPL library); every other
+    operator falls through the autocast key (``fallthrough``: a ``_`` IMPL library)."""
     fallthrough.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-    lib = torch.library.Library("aten", "IMPL")
     for policy, names in (("lower", LOWER_PRECISION), ("fp32", FP32), ("promote", PROMOTE)):
         for name in names:
             packet, _, overload = name.partition(".")
@@ -89,8 +84,3 @@ def register() -> None:
             if op is None:
                 continue
             lib.impl(name, _kernel(op, policy), "AutocastPrivateUse1")
-    _LIBRARY = lib
-    _KEEPALIVE.append(fallthrough)
-
-
-_KEEPALIVE: list[torch.library.Library] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-_LIBRARY: torch.library.Library | None = None
 aten = torch.ops.aten
 
 
@@ -35,11 +34,6 @@ def scaled_dot_product_attention(
     )[0]
 
 
-def register() -> None:
-    """Register the composite overrides (idempotent)."""
-    global _LIBRARY
-    if _LIBRARY is not None:
-        return
-    lib = torch.library.Library("aten", "IMPL")
+def register(lib: torch.library.Library) -> None:
+    """Register the composite overrides into ``lib`` (an ``aten`` IMPL library)."""
     lib.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradPrivateUse1")
-    _LIBRARY = lib

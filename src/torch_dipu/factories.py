@@ -2,8 +2,7 @@
 
 Factories (``torch.empty(..., device="dipu")``) have no tensor argument, and ``torch.tensor(data,
 device="dipu")`` copies through ``aten::_copy_from`` below the Python key, so these are registered
-with ``torch.library`` directly. The Library object must outlive the process: it is kept in
-``_LIBRARY``.
+with ``torch.library`` directly (into the library object torch_dipu.registration keeps alive).
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ import torch
 from torch_dipu.runtime import UnsupportedDtypeError
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
-
-_LIBRARY: torch.library.Library | None = None
 
 
 def _device_index(device: torch.device | str | None) -> int:
@@ -98,18 +95,13 @@ def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_mem
     return out
 
 
-def register() -> None:
-    """Register the PrivateUse1 kernels (idempotent)."""
-    global _LIBRARY
-    if _LIBRARY is not None:
-        return
-    lib = torch.library.Library("aten", "IMPL")
+def register(lib: torch.library.Library) -> None:
+    """Register the PrivateUse1 kernels into ``lib`` (an ``aten`` IMPL library)."""
     lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", empty_strided, "PrivateUse1")
     lib.impl("_copy_from", copy_from, "PrivateUse1")
     lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
     lib.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
-    _LIBRARY = lib
 
 
 __all__ = ["empty_memory_format", "empty_strided", "copy_from", "new_tensor", "register"]

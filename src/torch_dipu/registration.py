@@ -67,9 +67,12 @@ def register_device() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False
     )
-    factories.register()
-    composites.register()
-    autocast.register()
+    aten_impls = torch.library.Library("aten", "IMPL")
+    fallbacks = torch.library.Library("_", "IMPL")
+    _KEEPALIVE.extend([aten_impls, fallbacks])  # registrations live only as long as their Library
+    factories.register(aten_impls)
+    composites.register(aten_impls)
+    autocast.register(aten_impls, fallbacks)
     accelerator.install()
     shutdown.register()
     torch.serialization.register_package(15, lambda storage: None, _restore_dipu_storage)
