@@ -18,7 +18,7 @@ from torch_dipu.tensor import DipuTensor
 from torch_dipu.vendors import load_vendor
 
 __all__ = [
-    "DEVICE_NAME", "DeviceRuntime", "DipuTensor", "UnsupportedDtypeError", "fallback_ops", "runtime",
+    "DEVICE_NAME", "DeviceRuntime", "DipuTensor", "UnsupportedDtypeError", "backward_errors", "fallback_ops", "runtime",
     "set_force_fallback",
 ]
 __version__ = "0.1.0"
@@ -54,6 +54,13 @@ def set_force_fallback(entries: list[str] | str) -> None:
     state.force_fallback_patterns = kernels.parse_fallback_list(items)
     state.config.force_fallback = items
     dispatch.clear_handlers()
+
+
+def backward_errors() -> list[BaseException]:
+    """Operator errors raised inside backward passes so far (``backward()`` itself raises a TypeError)."""
+    from torch_dipu.tensor import _BACKWARD_ERRORS
+
+    return list(_BACKWARD_ERRORS)
 
 
 def fallback_ops() -> set[str]:

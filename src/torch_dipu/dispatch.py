@@ -60,10 +60,6 @@ def _write_aliases(schema: torch._C.FunctionSchema) -> list[int | str] | None:
     return sources
 
 
-def _returns_view(schema: torch._C.FunctionSchema) -> bool:
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
-
-
 # In-place operators that change a tensor's sizes, strides or offset rather than its values.
 _METADATA_INPLACE = frozenset(
     {"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_",
@@ -81,6 +77,26 @@ def _refresh_metadata(wrapper: DipuTensor) -> None:
     ):
         get_state().memory.resized(raw, wrapper.device.index)
         wrapper.data = DipuTensor(raw, wrapper.device)
+
+
+# Operators that take host tensors beside device tensors on CUDA too (copies, host index tensors).
+_ACCEPTS_HOST_TENSORS = frozenset(
+    {"copy_", "copy", "_copy_from", "_copy_from_and_resize", "index", "index_put", "index_put_",
+     "_index_put_impl_", "_unsafe_index", "_unsafe_index_put", "tensor_split", "set_",
+     "_has_compatible_shallow_copy_type", "is_same_size", "is_set_to"}
+)
+
+
+def _reject_host_tensors(func: torch._ops.OpOverload, values: Any, device: torch.device | None) -> None:
+    """Raise, as CUDA does, when a host tensor that is not a 0-dim scalar meets dipu tensors."""
+    for value in values:
+        if type(value) is _Tensor and value.dim() != 0 and device is not None:
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, {device} and "
+                f"{value.device}! (aten.{kernels.op_names(func)[0]}: move the {value.device} tensor with .to(\"dipu\"))"
+            )
+        if type(value) is list or type(value) is tuple:
+            _reject_host_tensors(func, value, device)
 
 
 def _has_tensor_list(schema: torch._C.FunctionSchema) -> bool:
@@ -111,12 +127,13 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
         any(isinstance(w, str) for w in write_sources) or schema.name.split("::")[-1] in _METADATA_INPLACE
     )
     single_return = len(schema.returns) == 1
-    is_view = _returns_view(schema)
+    is_view = kernels.returns_view(schema)
     has_lists = _has_tensor_list(schema)
     has_device_kwarg = any(a.name == "device" and a.kwarg_only for a in schema.arguments)
     has_generator = any(a.name == "generator" for a in schema.arguments)
     generators = state.generators
     make = _make_view if is_view else from_storage
+    check_host = schema.name.split("::")[-1] not in _ACCEPTS_HOST_TENSORS
 
     def wrap(out: Any, device: torch.device) -> Any:
         if type(out) is _Tensor:
@@ -134,10 +151,14 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                 x._raw if type(x) is DipuTensor else (_unwrap_list(x) if type(x) is list or type(x) is tuple else x)
                 for x in args
             ]
+            if check_host:
+                _reject_host_tensors(func, args, device)
         else:
             first = args[0] if args else None
             device = first.device if type(first) is DipuTensor else _first_device(args)
             uargs = [x._raw if type(x) is DipuTensor else x for x in args]
+            if check_host and _Tensor in map(type, args):
+                _reject_host_tensors(func, args, device)
         if kwargs:
             ukwargs = {}
             for k, v in kwargs.items():
@@ -150,6 +171,8 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                     if device is None:
                         device = _first_device(v)
                     v = _unwrap_list(v)
+                elif t is _Tensor and check_host and v.dim() != 0:
+                    _reject_host_tensors(func, (v,), device or _first_device(tuple(kwargs.values())))
                 ukwargs[k] = v
             if has_device_kwarg:
                 requested = ukwargs.get("device")

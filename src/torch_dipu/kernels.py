@@ -27,6 +27,7 @@ NATIVE_PACKETS = frozenset(
         "new_empty",
         "new_empty_strided",
         "_local_scalar_dense",
+        "_unsafe_view",
         "is_pinned",
         "_pin_memory",
         "record_stream",
@@ -65,8 +66,9 @@ def matches(patterns: list[re.Pattern[str]], func: torch._ops.OpOverload) -> boo
                for p in patterns)
 
 
-def _returns_view(func: torch._ops.OpOverload) -> bool:
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+def returns_view(schema: torch._C.FunctionSchema) -> bool:
+    """Whether an overload returns a view of an input (an alias that it does not write)."""
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 
 def _native(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
@@ -97,7 +99,7 @@ def _with_device_rng(kernel: Callable[..., Any], state: DipuState) -> Callable[.
 def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
     """Choose how ``func`` runs on dipu and log CPU fallbacks once when asked to."""
     packet = diopi.aten_packet_name(func)
-    if packet in NATIVE_PACKETS or _returns_view(func):
+    if packet in NATIVE_PACKETS or returns_view(func._schema):
         return KernelPlan("native", _native, None)
     fn = diopi.function_for_aten(func)
     if matches(state.force_fallback_patterns, func):
@@ -128,4 +130,7 @@ def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
     return compile_patterns(entries, "DIPU_FORCE_FALLBACK_OPS_LIST")
 
 
-__all__ = ["KernelPlan", "NATIVE_PACKETS", "matches", "op_names", "parse_fallback_list", "reference_impl", "select"]
+__all__ = [
+    "KernelPlan", "NATIVE_PACKETS", "matches", "op_names", "parse_fallback_list", "reference_impl", "returns_view",
+    "select",
+]

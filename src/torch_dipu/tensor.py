@@ -42,7 +42,12 @@ class DipuTensor(torch.Tensor):
         handler = _HANDLERS.get(func)
         if handler is None:
             handler = _build_handler(func)
-        return handler(args, kwargs)
+        try:
+            return handler(args, kwargs)
+        except Exception as exc:
+            if torch._C._current_graph_task_id() == -1:
+                raise
+            return _defer_backward_error(func, exc)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         # Print like a CUDA tensor: tensor([...], device='dipu:0'). The values are formatted from a host
@@ -92,6 +97,37 @@ def from_storage(raw: torch.Tensor, device: torch.device) -> DipuTensor:
         )
     wrapper._raw = raw
     return wrapper
+
+
+_BACKWARD_ERRORS: list[BaseException] = []
+
+
+class _FailedInBackward:
+    """What ``__torch_dispatch__`` answers for an operator that raised inside a backward pass.
+
+    A Python exception leaving ``__torch_dispatch__`` inside PyTorch's autograd engine stays pending
+    while C++ unwinds stream guards whose destructors call the Python device guard; the pending
+    exception makes that call fail in a ``noexcept`` function and the process aborts. This object
+    instead fails PyTorch's conversion of the result with a C++ error (which carries its text and
+    leaves no Python exception pending), so ``backward()`` raises a RuntimeError naming the cause.
+    """
+
+    def __init__(self, func: Any, exc: BaseException) -> None:
+        self.text = f"[torch_dipu: {func} failed during backward: {type(exc).__name__}: {exc}]"
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
+def _defer_backward_error(func: Any, exc: BaseException) -> Any:
+    """Keep ``exc`` (see :func:`torch_dipu.backward_errors`) and answer with a :class:`_FailedInBackward`
+    (one per result, so that an operator with several results fails on the first with this text)."""
+    _BACKWARD_ERRORS.append(exc)
+    failed = _FailedInBackward(func, exc)
+    returns = len(func._schema.returns)
+    return failed if returns == 1 else (failed,) * returns
 
 
 # Filled by torch_dipu.dispatch (kept here so the hot path does one dict lookup).
