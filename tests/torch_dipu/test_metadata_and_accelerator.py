@@ -82,3 +82,26 @@ def test_inplace_lost_also_drops_foreach_writes() -> None:
     assert all(torch.equal(p.cpu(), torch.ones_like(p.cpu())) for p in params)
     torch._foreach_add_(params, 1.0)
     assert all(torch.equal(p.cpu(), torch.full_like(p.cpu(), 2.0)) for p in params)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda d, h: d + h, lambda d, h: torch.cat([d, h]), lambda d, h: torch.mm(d.view(3, 1), h.view(1, 3)),
+     lambda d, h: torch.add(d, d, alpha=1, out=h)],
+    ids=["add", "cat", "mm", "out"],
+)
+def test_host_tensors_mixed_with_dipu_tensors_are_rejected(call) -> None:  # noqa: ANN001
+    d, h = torch.ones(3, device="dipu"), torch.ones(3)
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*dipu:0 and cpu"):
+        call(d, h)
+
+
+def test_host_scalars_indices_and_copies_are_accepted() -> None:
+    d = torch.arange(4.0).to("dipu")
+    assert torch.equal((d * torch.tensor(2.0)).cpu(), torch.arange(4.0) * 2)  # 0-dim host tensor
+    assert torch.equal(d[torch.tensor([0, 3])].cpu(), torch.tensor([0.0, 3.0]))  # host index tensor
+    host = torch.zeros(4)
+    host.copy_(d)
+    d.copy_(torch.full((4,), 7.0))
+    assert torch.equal(host, torch.arange(4.0))
+    assert torch.equal(d.cpu(), torch.full((4,), 7.0))
