@@ -8,6 +8,7 @@ autograd and autocast goes to :meth:`DipuTensor.__torch_dispatch__`, which hands
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -63,6 +64,30 @@ class DipuTensor(torch.Tensor):
             pad = " " * (len(prefix) - len("tensor("))
             text = "tensor(" + text[len(prefix):].replace("\n" + pad, "\n")
         return "Parameter containing:\n" + text if is_param else text
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DipuTensor:
+        # torch's version would deep-copy the ``_raw`` slot over the clone's own (accounted) storage.
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support deepcopy")
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for name, value in getattr(self, "__dict__", {}).items():
+            setattr(new, name, copy.deepcopy(value, memo))
+        return new
+
+    def numpy(self, *, force: bool = False) -> Any:
+        if force:
+            return self.detach().cpu().numpy()
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
+            "host memory first."
+        )
 
     def tolist(self) -> Any:
         return self.cpu().tolist()

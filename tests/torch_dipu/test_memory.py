@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 
 import pytest
@@ -81,3 +82,14 @@ def test_capacity_from_env_and_configure_string(run_python):
     )
     assert "OOM: DIPU out of memory. Tried to allocate 2.00 MiB" in out.stdout
     assert out.stdout.strip().endswith("ok")
+
+
+def test_deepcopy_accounts_the_copied_storage():
+    model = torch.nn.Linear(64, 32).dipu()
+    model(torch.randn(4, 64, device="dipu")).sum().backward()
+    before = torch.dipu.memory_allocated()
+    clone = copy.deepcopy(model)
+    param_bytes = (64 * 32 + 32) * 4
+    assert torch.dipu.memory_allocated() - before == 2 * param_bytes  # parameters and their grads
+    assert isinstance(clone.weight, torch.nn.Parameter) and clone.weight.requires_grad
+    assert torch.equal(clone.weight.grad.cpu(), model.weight.grad.cpu())

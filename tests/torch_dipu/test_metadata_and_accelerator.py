@@ -105,3 +105,11 @@ def test_host_scalars_indices_and_copies_are_accepted() -> None:
     d.copy_(torch.full((4,), 7.0))
     assert torch.equal(host, torch.arange(4.0))
     assert torch.equal(d.cpu(), torch.full((4,), 7.0))
+
+
+def test_numpy_asks_for_a_host_copy_like_cuda() -> None:
+    t = torch.arange(3.0).to("dipu")
+    with pytest.raises(TypeError, match=r"can't convert dipu:0 device type tensor to numpy"):
+        t.numpy()
+    assert t.numpy(force=True).tolist() == [0.0, 1.0, 2.0]
+    assert t.cpu().numpy().tolist() == [0.0, 1.0, 2.0]
