@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+import diopi
 from torch_dipu import kernels
 from torch_dipu.state import get_state
 from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage
@@ -118,13 +119,14 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     state = get_state()
     schema = func._schema
     plan = kernels.select(func, state)
+    packet = diopi.aten_packet_name(func)
     # The reference, fallback and native kernels are the ATen overload itself: call it directly.
     direct = func._op if plan.direct else None
     kernel = plan.kernel
     track = state.memory.track
     write_sources = _write_aliases(schema)
     may_resize = write_sources is not None and (
-        any(isinstance(w, str) for w in write_sources) or schema.name.split("::")[-1] in _METADATA_INPLACE
+        any(isinstance(w, str) for w in write_sources) or packet in _METADATA_INPLACE
     )
     single_return = len(schema.returns) == 1
     is_view = kernels.returns_view(schema)
@@ -133,7 +135,7 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     has_generator = any(a.name == "generator" for a in schema.arguments)
     generators = state.generators
     make = _make_view if is_view else from_storage
-    check_host = schema.name.split("::")[-1] not in _ACCEPTS_HOST_TENSORS
+    check_host = packet not in _ACCEPTS_HOST_TENSORS
 
     def wrap(out: Any, device: torch.device) -> Any:
         if type(out) is _Tensor:

@@ -49,7 +49,7 @@ class KernelPlan:
     @property
     def direct(self) -> bool:
         """True when the kernel is the ATen overload itself (reference, fallback or native)."""
-        return self.kernel in (reference_impl, _native, _fallback)
+        return self.kernel in (reference_impl, _run_on_storage)
 
 
 def op_names(func: torch._ops.OpOverload) -> tuple[str, str]:
@@ -71,12 +71,9 @@ def returns_view(schema: torch._C.FunctionSchema) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 
-def _native(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-    return op._op(*args, **kwargs)
-
-
-def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-    # Storage tensors are host tensors, so the CPU kernel runs on them without a copy.
+def _run_on_storage(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Native and CPU-fallback kernel: the ATen overload itself, on the storage tensors. Storage tensors
+    are host tensors, so the CPU fallback needs no copies."""
     return op._op(*args, **kwargs)
 
 
@@ -100,16 +97,16 @@ def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
     """Choose how ``func`` runs on dipu and log CPU fallbacks once when asked to."""
     packet = diopi.aten_packet_name(func)
     if packet in NATIVE_PACKETS or returns_view(func._schema):
-        return KernelPlan("native", _native, None)
+        return KernelPlan("native", _run_on_storage, None)
     fn = diopi.function_for_aten(func)
     if matches(state.force_fallback_patterns, func):
-        plan = KernelPlan("fallback", _fallback, fn, "forced by DIPU_FORCE_FALLBACK_OPS_LIST")
+        plan = KernelPlan("fallback", _run_on_storage, fn, "forced by DIPU_FORCE_FALLBACK_OPS_LIST")
     elif fn is None:
-        plan = KernelPlan("fallback", _fallback, None, "no DIOPI function maps this operator")
+        plan = KernelPlan("fallback", _run_on_storage, None, "no DIOPI function maps this operator")
     else:
         kernel = state.runtime.kernel(fn, func)
         if kernel is None:
-            plan = KernelPlan("fallback", _fallback, fn, f"{state.runtime.name} does not implement {fn.name}")
+            plan = KernelPlan("fallback", _run_on_storage, fn, f"{state.runtime.name} does not implement {fn.name}")
         else:
             plan = KernelPlan("vendor", kernel, fn)
     if plan.function is not None and plan.function.is_random and not any(

@@ -86,7 +86,7 @@ def test_grad_scales_backward_only():
 def test_slow_measured_by_events():
     x = torch.ones(8, device="dipu")
     start, end = torch.dipu.Event(enable_timing=True), torch.dipu.Event(enable_timing=True)
-    with droplet.switches(faults="mul.Tensor:slow:50"):
+    with droplet.switches(faults="mul.Tensor:slow:200"):
         start.record()
         y = x * x
         end.record()
@@ -96,8 +96,8 @@ def test_slow_measured_by_events():
         z = x + x
         end.record()
         fast_ms = start.elapsed_time(end)
-    assert slow_ms >= 45, slow_ms
-    assert fast_ms < 45, fast_ms
+    assert slow_ms >= 195, slow_ms
+    assert fast_ms < 100, fast_ms  # generous: the machine may stall, but not by the fault
     _exact(y, torch.ones(8))
     _exact(z, torch.full((8,), 2.0))
 
