@@ -211,5 +211,14 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             return make(out, device)
         return wrap(out, device)
 
+    if plan.needs_device_rng and not has_generator:
+        # The kernel draws from the host's default generator: give it the tensor's device generator.
+        draw_on_host_rng = handler
+
+        def handler(args: tuple, kwargs: dict | None) -> Any:
+            device = _first_device(args) or state.device()
+            with kernels.host_rng_from(generators[device.index]):
+                return draw_on_host_rng(args, kwargs)
+
     _HANDLERS[func] = handler
     return handler

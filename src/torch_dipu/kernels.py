@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,11 @@ class KernelPlan:
     reason: str = ""
 
     @property
+    def needs_device_rng(self) -> bool:
+        """A random kernel without a generator argument: it must run on the device's generator."""
+        return self.function is not None and self.function.is_random
+
+    @property
     def direct(self) -> bool:
         """True when the kernel is the ATen overload itself (reference, fallback or native)."""
         return self.kernel in (reference_impl, _run_on_storage)
@@ -77,20 +83,17 @@ def _run_on_storage(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any
     return op._op(*args, **kwargs)
 
 
-def _with_device_rng(kernel: Callable[..., Any], state: DipuState) -> Callable[..., Any]:
-    """Run a random kernel that takes no generator argument on the current dipu device's generator."""
-
-    def run(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-        generator = state.generators[state.current_device]
-        cpu_state = torch.get_rng_state()
-        torch.set_rng_state(generator.get_state())
-        try:
-            return kernel(op, *args, **kwargs)
-        finally:
-            generator.set_state(torch.get_rng_state())
-            torch.set_rng_state(cpu_state)
-
-    return run
+@contextlib.contextmanager
+def host_rng_from(generator: torch.Generator) -> Iterator[None]:
+    """Let a random kernel that takes no generator argument (it draws from the host's default
+    generator) draw from ``generator`` instead, leaving the host's random stream untouched."""
+    host_state = torch.get_rng_state()
+    torch.set_rng_state(generator.get_state())
+    try:
+        yield
+    finally:
+        generator.set_state(torch.get_rng_state())
+        torch.set_rng_state(host_state)
 
 
 def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
@@ -109,10 +112,6 @@ def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
             plan = KernelPlan("fallback", _run_on_storage, fn, f"{state.runtime.name} does not implement {fn.name}")
         else:
             plan = KernelPlan("vendor", kernel, fn)
-    if plan.function is not None and plan.function.is_random and not any(
-        a.name == "generator" for a in func._schema.arguments
-    ):
-        plan = KernelPlan(plan.kind, _with_device_rng(plan.kernel, state), plan.function, plan.reason)
     if plan.kind == "fallback":
         name = op_names(func)[0]
         first = name not in state.fallback_ops  # log once per process, even when handlers are rebuilt
@@ -128,6 +127,6 @@ def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
 
 
 __all__ = [
-    "KernelPlan", "NATIVE_PACKETS", "matches", "op_names", "parse_fallback_list", "reference_impl", "returns_view",
-    "select",
+    "KernelPlan", "NATIVE_PACKETS", "host_rng_from", "matches", "op_names", "parse_fallback_list", "reference_impl",
+    "returns_view", "select",
 ]

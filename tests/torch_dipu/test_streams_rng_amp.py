@@ -64,3 +64,15 @@ def test_autocast_matches_cpu(dtype):
     got.float().sum().backward()
     assert model_d.weight.grad.dtype == torch.float32
     assert model_d(x.dipu()).dtype == torch.float32  # outside autocast
+
+
+def test_random_kernels_draw_from_their_own_devices_generator():
+    x0, x1 = torch.ones(1000, device="dipu:0"), torch.ones(1000, device="dipu:1")
+    torch.dipu.set_device(0)
+    torch.dipu.manual_seed(5)
+    expected = torch.nn.functional.dropout(x0, 0.5).cpu()
+    torch.dipu.manual_seed(5)
+    torch.nn.functional.dropout(x1, 0.5)  # must not advance dipu:0's generator
+    host_state = torch.get_rng_state()
+    assert torch.equal(torch.nn.functional.dropout(x0, 0.5).cpu(), expected)
+    assert torch.equal(torch.get_rng_state(), host_state)  # the host's stream is untouched
