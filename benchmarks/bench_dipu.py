@@ -2,10 +2,11 @@
 
     python benchmarks/bench_dipu.py [--out FILE] [--rounds N]
 
-Cases (value = dipu, baseline = CPU, ratio = value / baseline; lower is better):
+Cases (baseline = CPU; ratio = median of per-round dipu/CPU time ratios; lower is better):
 
-* ``w1_train_step``: one training step of W1 (a 2-layer Llama, hidden 128, vocab 1000; AdamW lr=1e-3;
-  input ids (2, 64)) in milliseconds: forward with labels, zero_grad, backward, optimizer step, loss.item().
+* ``w1_train_step`` (value = dipu's time): one training step of W1 (a 2-layer Llama, hidden 128, vocab 1000;
+  AdamW lr=1e-3; input ids (2, 64)) in milliseconds: forward with labels, zero_grad, backward, optimizer step,
+  loss.item().
 * ``dispatch_overhead_us``: the per-op dispatch overhead of dipu in microseconds: the extra time of a tiny
   compute op (``x.add(x)``, x a 4x4 float32 tensor) on dipu over the same op on CPU (value), the CPU
   time (baseline) and dipu/CPU (ratio).

@@ -57,7 +57,8 @@ def set_force_fallback(entries: list[str] | str) -> None:
 
 
 def backward_errors() -> list[BaseException]:
-    """Operator errors raised inside backward passes so far (``backward()`` itself raises a TypeError)."""
+    """Operator errors raised inside backward passes so far (``backward()`` itself raises a RuntimeError
+    naming the operator and the error)."""
     from torch_dipu.tensor import _BACKWARD_ERRORS
 
     return list(_BACKWARD_ERRORS)

@@ -28,12 +28,22 @@ def split_list(text: str) -> list[str]:
     return [item.strip() for item in text.replace("\n", ",").split(",") if item.strip()]
 
 
+def op_pattern_text(entry: str) -> str:
+    """An operator-name pattern without the ``aten.`` / ``aten::`` prefix that log lines print."""
+    entry = entry.strip()
+    for prefix in ("aten.", "aten::"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):]
+    return entry
+
+
 def compile_patterns(entries: list[str], source: str) -> list[re.Pattern[str]]:
-    """Compile list entries as whole-name regular expressions; a bad entry raises naming it."""
+    """Compile operator-name list entries as whole-name regular expressions (an ``aten.`` prefix is
+    allowed); a bad entry raises naming it."""
     patterns = []
     for entry in entries:
         try:
-            patterns.append(re.compile(entry))
+            patterns.append(re.compile(op_pattern_text(entry)))
         except re.error as exc:
             raise ValueError(f"{source}: entry {entry!r} is not a valid regular expression: {exc}") from None
     return patterns

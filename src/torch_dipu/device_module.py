@@ -23,20 +23,7 @@ __all__ = [
 
 
 def _index(device: torch.device | str | int | None) -> int:
-    state = get_state()
-    if device is None:
-        return state.current_device
-    if isinstance(device, int):
-        index = device
-    else:
-        device = torch.device(device)
-        if device.type != "dipu":
-            raise ValueError(f"expected a dipu device, got {device}")
-        index = state.current_device if device.index is None else device.index
-    count = state.runtime.device_count()
-    if not 0 <= index < count:
-        raise RuntimeError(f"invalid device index {index}: {state.runtime.name} has {count} device(s)")
-    return index
+    return get_state().device_index(device)
 
 
 def is_available() -> bool:

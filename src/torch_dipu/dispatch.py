@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import diopi
-from torch_dipu import kernels
+from torch_dipu import factories, kernels
 from torch_dipu.state import get_state
 from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage
 
@@ -88,16 +88,23 @@ _ACCEPTS_HOST_TENSORS = frozenset(
 )
 
 
-def _reject_host_tensors(func: torch._ops.OpOverload, values: Any, device: torch.device | None) -> None:
-    """Raise, as CUDA does, when a host tensor that is not a 0-dim scalar meets dipu tensors."""
+def _reject_mixed_devices(func: torch._ops.OpOverload, values: Any, device: torch.device | None,
+                          check_host: bool) -> None:
+    """Raise, as CUDA does, when a dipu tensor on another device, or (``check_host``) a host tensor
+    that is not a 0-dim scalar, meets the dipu tensors of ``device`` in one operator."""
     for value in values:
-        if type(value) is _Tensor and value.dim() != 0 and device is not None:
-            raise RuntimeError(
-                f"Expected all tensors to be on the same device, but found at least two devices, {device} and "
-                f"{value.device}! (aten.{kernels.op_names(func)[0]}: move the {value.device} tensor with .to(\"dipu\"))"
-            )
-        if type(value) is list or type(value) is tuple:
-            _reject_host_tensors(func, value, device)
+        t = type(value)
+        if t is list or t is tuple:
+            _reject_mixed_devices(func, value, device, check_host)
+            continue
+        if device is None or not (
+            (t is DipuTensor and value.device != device) or (check_host and t is _Tensor and value.dim() != 0)
+        ):
+            continue
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {device} and "
+            f"{value.device}! (aten.{kernels.op_names(func)[0]}: move the {value.device} tensor to {device})"
+        )
 
 
 def _has_tensor_list(schema: torch._C.FunctionSchema) -> bool:
@@ -133,6 +140,15 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     has_lists = _has_tensor_list(schema)
     has_device_kwarg = any(a.name == "device" and a.kwarg_only for a in schema.arguments)
     has_generator = any(a.name == "generator" for a in schema.arguments)
+    generator_position = next(
+        (i for i, a in enumerate(schema.arguments) if a.name == "generator" and not a.kwarg_only), None
+    )
+    # torch_dipu's own allocations (empty_like, new_empty, ...) check the requested dtype themselves.
+    check_dtype = (
+        factories.check_dtype
+        if plan.kind == "native" and any(a.name == "dtype" for a in schema.arguments)
+        else None
+    )
     generators = state.generators
     make = _make_view if is_view else from_storage
     check_host = packet not in _ACCEPTS_HOST_TENSORS
@@ -153,45 +169,55 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                 x._raw if type(x) is DipuTensor else (_unwrap_list(x) if type(x) is list or type(x) is tuple else x)
                 for x in args
             ]
-            if check_host:
-                _reject_host_tensors(func, args, device)
+            if check_host or state.several_devices:
+                _reject_mixed_devices(func, args, device, check_host)
         else:
             first = args[0] if args else None
             device = first.device if type(first) is DipuTensor else _first_device(args)
             uargs = [x._raw if type(x) is DipuTensor else x for x in args]
-            if check_host and _Tensor in map(type, args):
-                _reject_host_tensors(func, args, device)
+            if (check_host and _Tensor in map(type, args)) or state.several_devices:
+                _reject_mixed_devices(func, args, device, check_host)
+        run = direct
         if kwargs:
+            if device is None:
+                device = _first_device(tuple(kwargs.values()))
             ukwargs = {}
             for k, v in kwargs.items():
                 t = type(v)
                 if t is DipuTensor:
-                    if device is None:
-                        device = v.device
                     v = v._raw
                 elif t is list or t is tuple:
-                    if device is None:
-                        device = _first_device(v)
                     v = _unwrap_list(v)
-                elif t is _Tensor and check_host and v.dim() != 0:
-                    _reject_host_tensors(func, (v,), device or _first_device(tuple(kwargs.values())))
                 ukwargs[k] = v
+            if check_host or state.several_devices:
+                _reject_mixed_devices(func, kwargs.values(), device, check_host)
+            if check_dtype and ukwargs.get("dtype") is not None:
+                check_dtype(ukwargs["dtype"])
             if has_device_kwarg:
                 requested = ukwargs.get("device")
                 if requested is not None:
                     requested = torch.device(requested)
                     if requested.type == "dipu":
-                        device = requested if requested.index is not None else state.device()
+                        device = state.device(state.device_index(requested))
                         ukwargs["device"] = _CPU
                     else:
-                        device = None
-            if has_generator and device is not None and ukwargs.get("generator") is None:
-                ukwargs["generator"] = generators[device.index]
-            out = direct(*uargs, **ukwargs) if direct is not None else kernel(func, *uargs, **ukwargs)
-        elif has_generator and device is not None:
-            out = kernel(func, *uargs, generator=generators[device.index])
+                        device = None  # a copy to the host: a transfer, not a device kernel
+                        run = func._op
         else:
-            out = direct(*uargs) if direct is not None else kernel(func, *uargs)
+            ukwargs = None
+        if has_generator and device is not None:
+            generator = generators[device.index]
+            if generator_position is not None and len(uargs) > generator_position:
+                if uargs[generator_position] is None:
+                    uargs[generator_position] = generator
+            elif ukwargs is None:
+                ukwargs = {"generator": generator}
+            elif ukwargs.get("generator") is None:
+                ukwargs["generator"] = generator
+        if ukwargs:
+            out = run(*uargs, **ukwargs) if run is not None else kernel(func, *uargs, **ukwargs)
+        else:
+            out = run(*uargs) if run is not None else kernel(func, *uargs)
         if write_sources is not None:
             if may_resize:
                 for s in write_sources:

@@ -14,20 +14,8 @@ from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
 
-def _device_index(device: torch.device | str | None) -> int:
-    state = get_state()
-    if device is None:
-        return state.current_device
-    device = torch.device(device)
-    if device.index is None:
-        return state.current_device
-    count = state.runtime.device_count()
-    if not 0 <= device.index < count:
-        raise RuntimeError(f"dipu:{device.index} is not a valid device: {state.runtime.name} has {count} device(s)")
-    return device.index
-
-
-def _check_dtype(dtype: torch.dtype) -> None:
+def check_dtype(dtype: torch.dtype) -> None:
+    """Raise UnsupportedDtypeError if the active device cannot hold ``dtype``."""
     runtime = get_state().runtime
     if not runtime.supports_dtype(dtype):
         raise UnsupportedDtypeError(
@@ -39,9 +27,9 @@ def _check_dtype(dtype: torch.dtype) -> None:
 def new_tensor(size, stride, dtype, device) -> DipuTensor:  # noqa: ANN001
     """Allocate an uninitialized dipu tensor, checking capacity before the host memory is taken."""
     state = get_state()
-    index = _device_index(device)
+    index = state.device_index(device)
     dtype = dtype or torch.get_default_dtype()
-    _check_dtype(dtype)
+    check_dtype(dtype)
     span = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True)) if all(size) else 0
     state.memory.check(span * dtype.itemsize, index)
     raw = state.runtime.new_storage(tuple(size), tuple(stride), dtype)
@@ -75,7 +63,7 @@ def _storage(t: torch.Tensor) -> torch.Tensor:
 def copy_from(src, dst, non_blocking=False):  # noqa: ANN001, ANN201
     """``dst.copy_(src)`` where one side is a dipu tensor."""
     if type(dst) is DipuTensor:
-        _check_dtype(dst.dtype)
+        check_dtype(dst.dtype)
     _storage(dst).copy_(_storage(src))
     return dst
 

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from torch_dipu import accelerator, autocast, composites, device_module, factories
+from torch_dipu import accelerator, autocast, composites, device_module, factories, shutdown
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
@@ -77,6 +77,7 @@ def register_device() -> None:
     composites.register(aten_impls)
     autocast.register(aten_impls, fallbacks)
     accelerator.install()
+    shutdown.register()
     torch.serialization.register_package(15, lambda storage: None, _restore_dipu_storage)
     # Run backward passes on the calling thread. PyTorch would otherwise run dipu's part of every
     # backward on a device worker thread; dipu kernels are Python (they need the GIL), so the worker

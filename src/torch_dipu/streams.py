@@ -15,12 +15,7 @@ from torch_dipu.state import get_state
 
 
 def _index(device: torch.device | str | int | None) -> int:
-    if device is None:
-        return get_state().current_device
-    if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    return get_state().current_device if device.index is None else device.index
+    return get_state().device_index(device)
 
 
 class Stream:

@@ -89,6 +89,10 @@ class DipuTensor(torch.Tensor):
             "host memory first."
         )
 
+    def data_ptr(self) -> int:
+        """The address of the first element in the vendor's storage (0 is what PyTorch would answer)."""
+        return self._raw.data_ptr()
+
     def tolist(self) -> Any:
         return self.cpu().tolist()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import torch_dipu
 from torch_dipu.vendors import droplet
 from torch_dipu.vendors.droplet import parse_faults
 
@@ -131,3 +132,32 @@ def test_malformed_env_entry_fails_import(run_python):
     out = run_python("import torch_dipu", env={"DROPLET_FAULTS": "mm:bias,mm:explode:3"}, check=False)
     assert out.returncode != 0
     assert "'mm:explode:3'" in out.stderr and "DROPLET_FAULTS" in out.stderr
+
+
+def test_inplace_lost_keeps_the_other_results():
+    op = torch.ops.aten._native_batch_norm_legit.default
+    x = torch.randn(4, 3)
+    running_mean, running_var = torch.zeros(3, device="dipu"), torch.ones(3, device="dipu")
+    with droplet.switches(faults="_native_batch_norm_legit:inplace_lost"):
+        out = op(x.to("dipu"), None, None, running_mean, running_var, True, 0.1, 1e-5)
+    expected = op(x, None, None, torch.zeros(3), torch.ones(3), True, 0.1, 1e-5)
+    torch.testing.assert_close(out[0].cpu(), expected[0])  # the normalized output is still computed
+    _exact(running_mean, torch.zeros(3))  # but the running statistics were not updated
+    _exact(running_var, torch.ones(3))
+
+
+def test_noncontig_also_misreads_inputs_inside_lists():
+    a = torch.arange(6.0).reshape(2, 3)
+    with droplet.switches(faults="cat:noncontig"):
+        wrong = torch.cat([a.to("dipu").t(), a.to("dipu").t()])
+        right = torch.cat([a.t().contiguous().to("dipu")] * 2)
+    assert not torch.equal(wrong.cpu(), torch.cat([a.t(), a.t()]))
+    _exact(right, torch.cat([a.t(), a.t()]))
+
+
+def test_patterns_may_carry_the_aten_prefix_of_log_lines():
+    x = torch.ones(3, device="dipu")
+    with droplet.switches(faults="aten.add.Tensor:bias:2"):
+        _exact(x + x, torch.full((3,), 4.0))
+        torch_dipu.set_force_fallback(["aten::add.Tensor"])
+        _exact(x + x, torch.full((3,), 2.0))

@@ -101,3 +101,27 @@ def test_unsupported_dtype_message_survives_operator_syntax():
     x64 = torch.ones(3, dtype=torch.float64, device="dipu")
     with droplet.switches(unsupported_dtypes={torch.float64}), pytest.raises(UnsupportedDtypeError, match="float64"):
         x64 + x64
+
+
+def test_unsupported_dtype_covers_torch_dipus_own_allocations_but_not_host_scalars():
+    x = torch.ones(3, device="dipu")
+    y = torch.ones(3, dtype=torch.float64, device="dipu")  # made before the switch
+    with droplet.switches(unsupported_dtypes={torch.float64}):
+        with pytest.raises(UnsupportedDtypeError, match="float64"):
+            torch.empty_like(x, dtype=torch.float64)
+        with pytest.raises(UnsupportedDtypeError, match="float64"):
+            x.new_empty(3, dtype=torch.float64)
+        assert (x + torch.tensor(1.0, dtype=torch.float64)).dtype == torch.float32  # a host scalar is a number
+        assert torch.equal(y.cpu(), torch.ones(3, dtype=torch.float64))  # copying to the host is a transfer
+
+
+def test_a_rejected_configure_changes_nothing():
+    rt = droplet.runtime()
+    before = (rt.traits.matmul_precision, list(rt.faults))
+    with pytest.raises(ValueError, match="matmul_precision 'bogus'"):
+        droplet.configure(faults="mm:bias", matmul_precision="bogus")
+    with pytest.raises(ValueError, match="no switch 'validate'"):
+        droplet.configure(validate=1)
+    assert (rt.traits.matmul_precision, list(rt.faults)) == before
+    ones = torch.ones(2, 2, device="dipu")
+    assert torch.equal(torch.mm(ones, ones).cpu(), torch.full((2, 2), 2.0))

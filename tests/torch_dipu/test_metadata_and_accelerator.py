@@ -113,3 +113,32 @@ def test_numpy_asks_for_a_host_copy_like_cuda() -> None:
         t.numpy()
     assert t.numpy(force=True).tolist() == [0.0, 1.0, 2.0]
     assert t.cpu().numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_tensors_on_two_dipu_devices_are_rejected() -> None:
+    a, b = torch.ones(3, device="dipu:0"), torch.ones(3, device="dipu:1")
+    with pytest.raises(RuntimeError, match=r"two devices, dipu:0 and dipu:1"):
+        a + b
+    with pytest.raises(RuntimeError, match=r"two devices, dipu:1 and dipu:0"):
+        torch.cat([b, a])
+    assert (b + b).device == torch.device("dipu", 1)
+
+
+def test_invalid_device_index_names_the_device() -> None:
+    with pytest.raises(RuntimeError, match=r"invalid device dipu:99"):
+        torch.zeros_like(torch.ones(2, device="dipu"), device="dipu:99")
+    with pytest.raises(RuntimeError, match=r"invalid device dipu:99"):
+        torch.dipu.Stream(device=99)
+
+
+def test_data_ptr_is_the_storage_address() -> None:
+    t = torch.arange(4.0).to("dipu")
+    assert t.data_ptr() == t._raw.data_ptr() != 0
+    assert t[1:].data_ptr() == t.data_ptr() + 4
+
+
+def test_generator_taken_by_position() -> None:
+    rates = torch.full((1000,), 3.0)
+    drawn = torch.poisson(rates.to("dipu"), generator=torch.Generator().manual_seed(0)).cpu()
+    assert torch.equal(drawn, torch.poisson(rates, generator=torch.Generator().manual_seed(0)))
+    assert abs(torch.poisson(rates.to("dipu")).mean().item() - 3.0) < 0.3  # the device's own generator

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from torch_dipu.config import op_pattern_text
+
 DEFAULT_PARAMS: dict[str, float | None] = {
     "bias": 1.0,
     "noise": 0.01,
@@ -41,15 +43,15 @@ Kernel = Callable[..., Any]
 
 @dataclass(frozen=True)
 class Fault:
-    """One parsed ``DROPLET_FAULTS`` entry."""
+    """One parsed ``DROPLET_FAULTS`` entry (``pattern`` is a whole-name regex over operator names)."""
 
     pattern: str
     kind: str
     param: float | None
 
-    def matches(self, names: tuple[str, ...]) -> bool:
-        regex = re.compile(self.pattern)
-        return any(regex.fullmatch(n) for n in names)
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(op_pattern_text(self.pattern))
 
     def __str__(self) -> str:
         return f"{self.pattern}:{self.kind}" + ("" if self.param is None else f":{self.param:g}")
@@ -75,7 +77,7 @@ def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
         if not pattern:
             raise ValueError(f"{source} entry {entry!r} has an empty op pattern")
         try:
-            re.compile(pattern)
+            re.compile(op_pattern_text(pattern))
         except re.error as exc:
             raise ValueError(
                 f"{source} entry {entry!r}: {pattern!r} is not a valid regular expression: {exc}"
@@ -145,24 +147,30 @@ def inject(kernel: Kernel, fault: Fault, op: torch._ops.OpOverload) -> Kernel:
         return slow
 
     if kind == "noncontig":
+        def misread_all(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return value if value.is_contiguous() else _misread(value)
+            if isinstance(value, (list, tuple)):
+                return type(value)(misread_all(v) for v in value)
+            return value
+
         def noncontig(o: Any, *args: Any, **kwargs: Any) -> Any:
-            args = tuple(_misread(a) if isinstance(a, torch.Tensor) and not a.is_contiguous() else a for a in args)
-            return kernel(o, *args, **kwargs)
+            return kernel(o, *misread_all(args), **kwargs)
         return noncontig
 
+    positions, names = _written_positions(op)
+
     if kind == "inplace_lost":
-        positions, names = _written_positions(op)
         if not positions and not names:
             return kernel
 
         def inplace_lost(o: Any, *args: Any, **kwargs: Any) -> Any:
             args = tuple(_scratch_copy(a) if i in positions else a for i, a in enumerate(args))
             kwargs = {k: (_scratch_copy(v) if k in names else v) for k, v in kwargs.items()}
-            kernel(o, *args, **kwargs)
-            return None  # the dispatcher returns the caller's (unchanged) tensors
+            # Results that alias the written arguments are replaced by the caller's own (unchanged)
+            # tensors in the dispatcher; other results (e.g. batch norm's output) are kept.
+            return kernel(o, *args, **kwargs)
         return inplace_lost
-
-    positions, names = _written_positions(op)
 
     def affected(result: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """Floating results, or the written arguments of in-place operators that return nothing."""

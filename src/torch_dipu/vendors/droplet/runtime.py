@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -9,15 +10,10 @@ from typing import Any
 import torch
 
 from diopi import DiopiFunction
+from torch_dipu.kernels import matches, op_names
 from torch_dipu.runtime import DeviceRuntime, Kernel, UnsupportedDtypeError
 from torch_dipu.vendors.droplet.faults import Fault, inject, parse_faults
 from torch_dipu.vendors.droplet.traits import DropletTraits
-
-
-def _names(op: torch._ops.OpOverload) -> tuple[str, ...]:
-    packet = op._schema.name.split("::", 1)[-1]
-    overload = op._overloadname
-    return (packet, f"{packet}.{overload}")
 
 
 def _round_tf32(t: torch.Tensor) -> torch.Tensor:
@@ -40,7 +36,9 @@ def _lower_precision(kernel: Kernel, precision: str) -> Kernel:
 def _dtype_checked(kernel: Kernel, unsupported: frozenset[torch.dtype], op_name: str) -> Kernel:
     def check(value: Any) -> None:
         if isinstance(value, torch.Tensor):
-            if value.dtype in unsupported:
+            # 0-dim tensors may be host scalars (``x + torch.tensor(1.0, dtype=torch.float64)``), which
+            # a device takes as a number.
+            if value.dtype in unsupported and value.dim():
                 raise UnsupportedDtypeError(
                     f"droplet: aten.{op_name} does not support {value.dtype} on this device "
                     f"(DROPLET_UNSUPPORTED_DTYPES); cast to a supported dtype or add the operator to "
@@ -95,12 +93,11 @@ class DropletRuntime(DeviceRuntime):
         kernel: Kernel = fn.reference
         if "matmul" in fn.tags and self.traits.matmul_precision != "highest":
             kernel = _lower_precision(kernel, self.traits.matmul_precision)
-        names = _names(op)
         for fault in self.faults:
-            if fault.matches(names):
+            if matches([fault.regex], op):
                 kernel = inject(kernel, fault, op)
         if self.traits.unsupported_dtypes:
-            kernel = _dtype_checked(kernel, self.traits.unsupported_dtypes, names[1].removesuffix(".default"))
+            kernel = _dtype_checked(kernel, self.traits.unsupported_dtypes, op_names(op)[0])
         return kernel
 
     def on_config_change(self, callback: Callable[[], None]) -> None:
@@ -111,14 +108,17 @@ class DropletRuntime(DeviceRuntime):
         """Change traits (``device_count``, ``memory_capacity``, ``unsupported_dtypes``,
         ``matmul_precision``) and/or ``faults``; kernels are re-selected on the next call."""
         faults = changes.pop("faults", None)
-        if faults is not None:
-            self.faults = parse_faults(faults, "droplet faults") if isinstance(faults, str) else list(faults)
-        for key, value in changes.items():
-            if not hasattr(self.traits, key):
-                raise ValueError(f"droplet has no switch {key!r}")
-            if key == "unsupported_dtypes":
-                value = frozenset(value)
-            setattr(self.traits, key, value)
-        self.traits.validate()
+        new_faults = self.faults if faults is None else (
+            parse_faults(faults, "droplet faults") if isinstance(faults, str) else list(faults)
+        )
+        switches = {f.name for f in dataclasses.fields(self.traits)}
+        for key in changes:
+            if key not in switches:
+                raise ValueError(f"droplet has no switch {key!r} (switches: faults, {', '.join(sorted(switches))})")
+        if "unsupported_dtypes" in changes:
+            changes["unsupported_dtypes"] = frozenset(changes["unsupported_dtypes"])
+        new_traits = dataclasses.replace(self.traits, **changes)
+        new_traits.validate()  # nothing changes unless every switch is valid
+        self.traits, self.faults = new_traits, new_faults
         for listener in self._listeners:
             listener()
