@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import torch
 
+from torch_dipu.tensor import storage_of
+
 aten = torch.ops.aten
-
-
-def _storage(t: torch.Tensor | None) -> torch.Tensor | None:
-    return getattr(t, "_raw", t)
 
 
 def scaled_dot_product_attention(
     query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False  # noqa: ANN001
 ):  # noqa: ANN201
     fused = dropout_p == 0.0 and query.dim() == 4 and aten._fused_sdp_choice(
-        _storage(query), _storage(key), _storage(value), _storage(attn_mask), dropout_p, is_causal,
+        storage_of(query), storage_of(key), storage_of(value), storage_of(attn_mask), dropout_p, is_causal,
         scale=scale, enable_gqa=enable_gqa,
     ) == int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
     if fused:  # the fused kernel takes grouped-query key/value heads as they are

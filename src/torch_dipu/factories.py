@@ -11,7 +11,7 @@ import torch
 
 from torch_dipu.runtime import UnsupportedDtypeError
 from torch_dipu.state import get_state
-from torch_dipu.tensor import DipuTensor
+from torch_dipu.tensor import DipuTensor, storage_of
 
 
 def check_dtype(dtype: torch.dtype) -> None:
@@ -56,15 +56,11 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_mem
     return new_tensor(size, stride, dtype, device)
 
 
-def _storage(t: torch.Tensor) -> torch.Tensor:
-    return t._raw if type(t) is DipuTensor else t
-
-
 def copy_from(src, dst, non_blocking=False):  # noqa: ANN001, ANN201
     """``dst.copy_(src)`` where one side is a dipu tensor."""
     if type(dst) is DipuTensor:
         check_dtype(dst.dtype)
-    _storage(dst).copy_(_storage(src))
+    storage_of(dst).copy_(storage_of(src))
     return dst
 
 

@@ -112,6 +112,11 @@ class DipuTensor(torch.Tensor):
 _STRIDED = torch.strided
 
 
+def storage_of(t: Any) -> Any:
+    """The vendor storage tensor behind a dipu tensor; anything else is returned unchanged."""
+    return t._raw if type(t) is DipuTensor else t
+
+
 def from_storage(raw: torch.Tensor, device: torch.device) -> DipuTensor:
     """Wrap storage tensor ``raw`` as a dipu tensor on ``device`` (the dispatcher's hot path).
 

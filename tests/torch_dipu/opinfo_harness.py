@@ -25,6 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 import torch_dipu  # noqa: F401  (registers the dipu device)
+from diopi.compare import Verdict, compare_outputs
 
 HERE = Path(__file__).resolve().parent
 EXPECTATIONS = HERE / "opinfo_expected_failures.json"
@@ -95,19 +96,9 @@ def _error(exc: BaseException) -> str:
 
 
 def _compare_values(actual: list, expected: list, expected_fp64: list | None, op: str) -> str | None:
-    """None when every tensor passes, else the first failure message."""
-    try:
-        from diopi.compare import compare_outputs
-    except ImportError:  # the engine is not there yet: plain assert_close
-        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            try:
-                torch.testing.assert_close(a, e, equal_nan=True)
-            except AssertionError as exc:
-                return f"[{i}]: {_first_line(str(exc))}"
-        return None
-    results = compare_outputs(actual, expected, expected_fp64=expected_fp64, op=op)
-    for r in results:
-        if getattr(r.verdict, "name", str(r.verdict)) == "FAIL":
+    """None when every tensor passes the comparison rules (diopi.compare), else the first failure message."""
+    for r in compare_outputs(actual, expected, expected_fp64=expected_fp64, op=op):
+        if r.verdict is Verdict.FAIL:
             return _first_line(r.message.removeprefix("FAIL "))
     return None
 
