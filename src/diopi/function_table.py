@@ -18,7 +18,7 @@ diopiSub | sub sub_ rsub |
 diopiMul | mul mul_ |
 diopiDiv | div div_ |
 diopiRemainder | remainder remainder_ fmod fmod_ |
-diopiPow | pow pow_ float_power |
+diopiPow | pow pow_ |
 diopiNeg | neg neg_ |
 diopiAbs | abs abs_ |
 diopiSign | sign sign_ sgn |
@@ -73,7 +73,7 @@ diopiSiluBackward | silu_backward | backward
 diopiMish | mish mish_ |
 diopiSoftplus | softplus |
 diopiSoftplusBackward | softplus_backward | backward
-diopiClamp | clamp clamp_ clamp_min clamp_min_ clamp_max clamp_max_ clip clip_ |
+diopiClamp | clamp clamp_ clamp_min clamp_min_ clamp_max clamp_max_ |
 diopiMaximum | maximum fmax |
 diopiMinimum | minimum fmin |
 diopiEq | eq eq_ |
@@ -136,7 +136,6 @@ diopiLayerNorm | native_layer_norm |
 diopiLayerNormBackward | native_layer_norm_backward | backward
 diopiGroupNorm | native_group_norm |
 diopiGroupNormBackward | native_group_norm_backward | backward
-diopiRMSNorm | _fused_rms_norm |
 diopiRMSNormBackward | _fused_rms_norm_backward | backward
 diopiEmbedding | embedding |
 diopiEmbeddingBackward | embedding_dense_backward | backward
@@ -175,7 +174,6 @@ diopiUpsampleNearest | upsample_nearest1d upsample_nearest2d |
 diopiUpsampleLinear | upsample_linear1d upsample_bilinear2d |
 diopiSliceBackward | slice_backward select_backward | backward
 diopiUnfold | im2col col2im |
-diopiCrossEntropyLoss | cross_entropy_loss |
 diopiScaledDotProductAttention | _scaled_dot_product_flash_attention_for_cpu |
 diopiScaledDotProductAttentionBackward | _scaled_dot_product_flash_attention_for_cpu_backward | backward
 diopiDropout | native_dropout | random
