@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -122,8 +123,29 @@ def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
     return plan
 
 
+def decomposes_before_dispatch(name: str) -> bool:
+    """Whether ATen operator ``name`` (``conv2d``, ``linear``) is CompositeImplicitAutograd in all its
+    overloads: PyTorch decomposes it before any device sees it, so it never runs as itself on dipu."""
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return False
+    names = [f"aten::{name}" + ("" if o == "default" else f".{o}") for o in packet.overloads()]
+    return all(torch._C._dispatch_has_kernel_for_dispatch_key(n, "CompositeImplicitAutograd") for n in names)
+
+
 def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
-    return compile_patterns(entries, "DIPU_FORCE_FALLBACK_OPS_LIST")
+    """Compile ``DIPU_FORCE_FALLBACK_OPS_LIST`` entries; warn about names that can never match."""
+    patterns = compile_patterns(entries, "DIPU_FORCE_FALLBACK_OPS_LIST")
+    for pattern in patterns:
+        name = pattern.pattern
+        if re.fullmatch(r"\w+", name) and decomposes_before_dispatch(name):
+            warnings.warn(
+                f"DIPU_FORCE_FALLBACK_OPS_LIST entry {name!r} never matches: PyTorch decomposes aten.{name} "
+                "before it reaches a device (conv2d runs as convolution, linear as addmm/mm). Name the "
+                "operators it runs as; DIPU_LOG_FALLBACK_INFO=1 or torch_dipu.fallback_ops() list them.",
+                stacklevel=2,
+            )
+    return patterns
 
 
 __all__ = [

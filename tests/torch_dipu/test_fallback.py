@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import torch_dipu
@@ -90,3 +91,12 @@ def test_forced_fallback_removes_injected_fault():
         assert "mm" in torch_dipu.fallback_ops()
         torch_dipu.set_force_fallback([])
         torch.testing.assert_close((a.dipu() @ b.dipu()).cpu(), a @ b + 0.25)
+
+
+def test_names_that_decompose_before_dispatch_warn():
+    with pytest.warns(UserWarning, match=r"'conv2d' never matches.*convolution"):
+        torch_dipu.set_force_fallback(["conv2d"])
+    torch_dipu.set_force_fallback(["convolution"])  # the name it runs as: no warning
+    x, w = torch.randn(1, 1, 4, 4), torch.randn(1, 1, 3, 3)
+    with droplet.switches(faults="convolution:bias:1"):
+        torch.testing.assert_close(torch.conv2d(x.to("dipu"), w.to("dipu")).cpu(), torch.conv2d(x, w))
