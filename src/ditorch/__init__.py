@@ -1,7 +1,51 @@
 """ditorch: a device-independent PyTorch stack for AI chips.
 
-For now importing ``ditorch`` has no side effects; the command-line interface lives in
-:mod:`ditorch.cli` (``ditorch --help``).
+``import ditorch`` (after ``import torch``) has side effects by design: it finds the vendor's PyTorch
+plugin (:mod:`ditorch.detect`), imports it, and activates it, so code written for CUDA runs on that
+device (:mod:`ditorch.mocking`, off with ``DITORCH_DISABLE_MOCK=1``). It prints one line to stderr,
+``ditorch: <arch> <framework>:<version> pid: <pid>`` (off with ``DITORCH_QUIET=1``).
+
+After import: ``ditorch.adapter`` is the active :class:`~ditorch.adapters.Adapter` (``None`` on the
+CPU), ``ditorch.failures`` the adapters that failed on the way, ``ditorch.detection`` the whole outcome.
+The command line is :mod:`ditorch.cli` (``ditorch --help``).
 """
 
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+import os
+import sys
+
+from ditorch import detect
+from ditorch.adapters import Adapter
+from ditorch.config import DitorchConfig
+from ditorch.detect import Detection, DetectionError, Failure
+
+adapter: Adapter | None = None
+failures: list[Failure] = []
+detection: Detection | None = None
+mocked: bool = False
+
+
+def _activate() -> None:
+    global adapter, failures, detection, mocked
+    settings = DitorchConfig.from_env()
+    try:
+        detection = detect.detect(settings)
+    except DetectionError as exc:
+        raise DetectionError(str(exc)) from None  # one message, no traceback of ditorch's internals
+    adapter, failures = detection.adapter, detection.failures
+    detect.report_failures(failures)
+    native_cuda = adapter is not None and adapter.is_native and adapter.device_type == "cuda"
+    wants_mock = adapter is not None and not native_cuda and not settings.disable_mock
+    if wants_mock:
+        from ditorch import mocking
+
+        mocking.install(adapter)
+        mocked = True
+    if not settings.quiet:
+        print(detect.banner(adapter, os.getpid()), file=sys.stderr, flush=True)
+
+
+_activate()

@@ -24,6 +24,12 @@ def _demo(args: argparse.Namespace) -> int:
     return demo.run(steps=args.steps, device=args.device, seed=args.seed, lr=args.lr)
 
 
+def _info(args: argparse.Namespace) -> int:
+    from ditorch import info
+
+    return info.run()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ditorch",
@@ -48,6 +54,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=demo.DEFAULT_LR,
                    help=f"AdamW learning rate (default {demo.DEFAULT_LR:g})")
     p.set_defaults(handler=_demo)
+
+    p = commands.add_parser("info", help="show the framework, devices, adapters and DITORCH_* switches",
+                            description="Show what `import ditorch` found: framework and version, devices and "
+                                        "memory, adapters found/failed/not installed, DITORCH_* switches in force.")
+    p.set_defaults(handler=_info)
+
+    from ditorch import run as run_command
+
+    p = commands.add_parser(
+        "run",
+        help="run an unmodified (CUDA-style) script with ditorch active",
+        usage="%(prog)s [options] -- script.py [args ...]",
+        description="Import ditorch (vendor adapter and cuda mocking), then run the script as __main__ with "
+                    "its own arguments, as `python script.py args` would. Options before '--' are ditorch's; "
+                    "the script's exit status and exceptions propagate.",
+    )
+    run_command.add_arguments(p)
+    p.set_defaults(handler=run_command.handle)
     return parser
 
 

@@ -1,0 +1,188 @@
+"""Benchmark "no cost when idle": the W1 training step on dipu without and with ``import ditorch``.
+
+    python benchmarks/bench_import.py [--out FILE] [--pairs N] [--rounds N]
+
+``import ditorch`` cannot be undone inside a process, so the two sides run in separate, otherwise
+identical child processes (same imports, seed, model, data, warm-up and timing loop; the only
+difference is the ``import ditorch`` line before the model is built). The children run one after the
+other, in pairs, alternating which side goes first (A B, B A, A B, ...), so that a slow spell of the
+machine hits both sides alike. Each child reports the median step time over its timing rounds; the
+ratio is the median over pairs of with/without (lower is better; target <= 1.02).
+
+Case (value = step time with ditorch, baseline = without, both medians over the children):
+
+* ``w1_train_step_import``: one W1 training step (a 2-layer Llama, hidden 128, vocab 1000; AdamW lr=1e-3;
+  input ids (2, 64)) on dipu in milliseconds: forward with labels, zero_grad, backward, optimizer step,
+  loss.item().
+
+Writes one JSON file in the project's benchmark format (see benchmarks/README.md) and prints one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "import.json"
+SIDES = ("without", "with")
+W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+          num_attention_heads=4, num_key_value_heads=2)
+
+
+# -- child: one side, one process ---------------------------------------------------------------------
+
+def child(side: str, rounds: int, steps: int, warmup: int) -> dict:
+    """Time the W1 step on dipu in this process; ``side == "with"`` imports ditorch before the model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import torch_dipu  # noqa: F401  (both sides: the dipu device itself is not what is measured)
+
+    import_ms = None
+    if side == "with":
+        start = time.perf_counter()
+        import ditorch  # noqa: F401
+        import_ms = (time.perf_counter() - start) * 1e3
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**W1)).to("dipu")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(0)).to("dipu")
+
+    def step() -> float:
+        loss = model(input_ids=ids, labels=ids).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(rounds):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            for _ in range(steps):
+                loss = step()
+            times.append((time.perf_counter() - start) / steps)
+        finally:
+            gc.enable()
+    return {"side": side, "step_s": statistics.median(times), "times": times, "loss": loss, "import_ms": import_ms}
+
+
+# -- parent: interleaved pairs of children ------------------------------------------------------------
+
+def run_child(side: str, args: argparse.Namespace) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DITORCH_", "DROPLET_FAULTS"))}
+    env["DITORCH_QUIET"] = "1"
+    command = [sys.executable, __file__, "--child", side, "--rounds", str(args.rounds),
+               "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {side!r} child failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(args: argparse.Namespace) -> dict[str, list[dict]]:
+    samples: dict[str, list[dict]] = {side: [] for side in SIDES}
+    for pair in range(args.pairs):
+        for side in SIDES if pair % 2 == 0 else reversed(SIDES):
+            samples[side].append(run_child(side, args))
+        print(f"pair {pair + 1}/{args.pairs}: without {samples['without'][-1]['step_s'] * 1e3:.3f} ms, "
+              f"with {samples['with'][-1]['step_s'] * 1e3:.3f} ms", file=sys.stderr)
+    return samples
+
+
+def result(samples: dict[str, list[dict]]) -> dict:
+    without = [s["step_s"] * 1e3 for s in samples["without"]]
+    with_ = [s["step_s"] * 1e3 for s in samples["with"]]
+    ratios = [w / wo for w, wo in zip(with_, without, strict=True)]
+    losses = {round(s["loss"], 6) for side in SIDES for s in samples[side]}
+    return {
+        "case": "w1_train_step_import",
+        "value": round(statistics.median(with_), 4),
+        "baseline": round(statistics.median(without), 4),
+        # median of per-pair ratios: the two children of a pair run back to back
+        "ratio": round(statistics.median(ratios), 4),
+        "unit": "ms",
+        "spread": {  # min/max of the per-child medians and of the per-pair ratios, for judging the noise
+            "with": [round(min(with_), 4), round(max(with_), 4)],
+            "without": [round(min(without), 4), round(max(without), 4)],
+            "ratio": [round(min(ratios), 4), round(max(ratios), 4)],
+        },
+        "pairs": len(ratios),
+        "ditorch_import_ms": round(statistics.median(s["import_ms"] for s in samples["with"]), 2),
+        "same_final_loss": len(losses) == 1,  # the step is deterministic: ditorch must not change it
+    }
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def environment() -> dict:
+    import torch
+
+    import torch_dipu
+
+    try:
+        import transformers
+        tf_version = transformers.__version__
+    except ImportError:
+        tf_version = None
+    return {
+        "torch": torch.__version__,
+        "torch_dipu": torch_dipu.__version__,
+        "dipu_vendor": torch_dipu.runtime().name,
+        "transformers": tf_version,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "git_commit": git_commit(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Benchmark the W1 step without and with `import ditorch` "
+                                                 "(see benchmarks/README.md).")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output file (default {DEFAULT_OUT})")
+    parser.add_argument("--pairs", type=int, default=10, help="pairs of child processes (default 10)")
+    parser.add_argument("--rounds", type=int, default=10, help="timing rounds per child (default 10)")
+    parser.add_argument("--steps", type=int, default=3, help="steps per timing round (default 3)")
+    parser.add_argument("--warmup", type=int, default=3, help="warm-up steps per child (default 3)")
+    parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.rounds, args.steps, args.warmup)))
+        return 0
+    row = result(measure(args))
+    report = {"name": "import", "unit": "ms", "results": [row], "env": environment()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{row['case']}: with ditorch {row['value']:.3f} ms, without {row['baseline']:.3f} ms, "
+          f"ratio {row['ratio']:.3f} (target <= 1.02); import ditorch {row['ditorch_import_ms']:.1f} ms")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

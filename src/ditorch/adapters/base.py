@@ -1,0 +1,67 @@
+"""The adapter interface: how ditorch recognises and uses one vendor's PyTorch plugin.
+
+Adapters are published as entry points in the group ``ditorch.adapters`` (built-ins included), each
+naming a zero-argument callable that returns an :class:`Adapter`. Everything vendor-specific lives in
+an adapter; the rest of ditorch asks the active adapter and never tests a vendor name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One vendor plugin.
+
+    ``name`` is what ``DITORCH_VENDOR`` selects (``npu``, ``mlu``, ``musa``, ``dipu``, ``biren``,
+    ``cuda``, ``xpu``, ``mps``); ``framework`` the module to import (``torch_npu``; ``torch`` for
+    backends built into PyTorch); ``device_type`` the torch device type it provides (``npu``);
+    ``dist_backend`` the ``torch.distributed`` backend that replaces ``"nccl"`` (``hccl``, ``cncl``,
+    ``mccl``, ``gloo``); ``priority`` orders detection (lower first, then by name).
+    """
+
+    name: str
+    framework: str
+    device_type: str
+    dist_backend: str
+    priority: int = 100
+
+    @property
+    def is_native(self) -> bool:
+        """A backend built into PyTorch (cuda, xpu, mps): nothing to import, nothing to mock."""
+        return self.framework == "torch"
+
+    def is_present(self) -> bool:
+        """Whether the plugin is installed (importable), without importing it."""
+        return self.is_native or importlib.util.find_spec(self.framework) is not None
+
+    def import_framework(self) -> ModuleType:
+        """Import the plugin (registers its device with PyTorch); errors propagate to the caller."""
+        return importlib.import_module(self.framework)
+
+    def device_module(self) -> ModuleType:
+        """``torch.<device_type>``, the plugin's counterpart of ``torch.cuda``."""
+        return getattr(torch, self.device_type)
+
+    def is_available(self) -> bool:
+        """At least one device of this kind can be used now (call after :meth:`import_framework`)."""
+        module = getattr(torch, self.device_type, None)
+        return bool(module is not None and module.is_available() and module.device_count() > 0)
+
+    def version(self) -> str:
+        """The plugin's version (``torch_npu.__version__``; torch's for native backends)."""
+        module = torch if self.is_native else importlib.import_module(self.framework)
+        return str(getattr(module, "__version__", "unknown"))
+
+    def arch(self) -> str:
+        """A short description of device 0 (its name), or the device type when it has none."""
+        try:
+            return str(self.device_module().get_device_name(0))
+        except Exception:  # noqa: BLE001  (a plugin without get_device_name, or no device)
+            return self.device_type

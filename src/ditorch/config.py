@@ -1,0 +1,76 @@
+"""Every ``DITORCH_*`` environment variable ditorch reads, in one place.
+
+===========================  ==========  ============================================================
+variable                     default     meaning
+===========================  ==========  ============================================================
+DITORCH_VENDOR               (detect)    adapter to use (``npu``, ``mlu``, ``musa``, ``biren``, ``cuda``,
+                                         ``xpu``, ``mps``, ``dipu``, or ``cpu``); skips detection
+DITORCH_QUIET                0           1: no ``ditorch: <arch> <framework>:<version> pid: <pid>`` line
+DITORCH_DISABLE_MOCK         0           1: do not map ``torch.cuda`` / ``"cuda"`` / ``nccl`` to the vendor
+DITORCH_SHOW_DEVICE_AS_CUDA  0           1: ``tensor.device`` reads as cuda (costs a wrapper per access)
+DITORCH_DTYPE_CAST           (unset)     dtype the device lacks: unset/``0`` raise; ``1`` cast float64->float32
+                                         (one warning per call site); or ``float64:float32,...`` pairs
+===========================  ==========  ============================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+PREFIX = "DITORCH_"
+
+#: Known switches and their one-line descriptions (``ditorch info`` prints the ones in force).
+SWITCHES: dict[str, str] = {
+    "DITORCH_VENDOR": "adapter chosen by name instead of detection",
+    "DITORCH_QUIET": "no banner line on import",
+    "DITORCH_DISABLE_MOCK": "torch.cuda / 'cuda' / nccl are not mapped to the vendor",
+    "DITORCH_SHOW_DEVICE_AS_CUDA": "tensor.device reads as cuda",
+    "DITORCH_DTYPE_CAST": "cast dtypes the device lacks instead of raising",
+}
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (use 1 or 0)")
+
+
+@dataclass(frozen=True)
+class DitorchConfig:
+    """ditorch's settings; :meth:`from_env` reads them from ``DITORCH_*`` variables."""
+
+    vendor: str | None = None
+    quiet: bool = False
+    disable_mock: bool = False
+    show_device_as_cuda: bool = False
+    dtype_cast: str | None = None  # raw text; ditorch.mocking parses it (mocking.switches.parse_dtype_cast)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DitorchConfig:
+        env = os.environ if env is None else env
+        vendor = (env.get("DITORCH_VENDOR") or "").strip().lower() or None
+        return cls(
+            vendor=vendor,
+            quiet=_flag(env, "DITORCH_QUIET"),
+            disable_mock=_flag(env, "DITORCH_DISABLE_MOCK"),
+            show_device_as_cuda=_flag(env, "DITORCH_SHOW_DEVICE_AS_CUDA"),
+            dtype_cast=env.get("DITORCH_DTYPE_CAST"),
+        )
+
+
+def switches_in_force(env: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """Every ``DITORCH_*`` variable set in ``env``: (name, value, description); unknown names say so."""
+    env = os.environ if env is None else env
+    return [
+        (name, env[name], SWITCHES.get(name, "unknown: ditorch does not read this variable"))
+        for name in sorted(env)
+        if name.startswith(PREFIX)
+    ]

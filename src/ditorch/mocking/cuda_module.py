@@ -1,0 +1,111 @@
+"""``torch.cuda`` answers for the adapter's device; autocast and GradScaler accept ``"cuda"``.
+
+The attributes of the real ``torch.cuda`` module are replaced by the vendor module's functions and classes
+of the same name (their device arguments translated from cuda), so code holding ``torch.cuda`` and
+``torch.cuda``'s own helpers that call these names both see the vendor. Names the vendor does not offer
+keep PyTorch's implementation.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.amp
+import torch.amp.autocast_mode
+import torch.amp.grad_scaler
+import torch.cuda
+
+from ditorch.mocking.device_strings import Translator
+from ditorch.mocking.patches import Patches
+
+#: Private torch.cuda names that code outside torch.cuda calls too.
+PRIVATE = ("_lazy_init", "_is_in_bad_fork")
+
+
+def _translating(fn: Callable[..., Any], tr: Translator) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            args, kwargs = tr.args(args, kwargs)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def mapped_names(module: ModuleType) -> list[str]:
+    """The vendor module's names that replace torch.cuda's."""
+    public = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    return [n for n in (*public, *PRIVATE) if hasattr(module, n) and hasattr(torch.cuda, n)]
+
+
+def install(patches: Patches, module: ModuleType, tr: Translator) -> None:
+    for name in mapped_names(module):
+        value = getattr(module, name)
+        if isinstance(value, type):  # Stream, Event: keep them classes (isinstance keeps working)
+            patches.set(torch.cuda, name, value)
+        elif callable(value):
+            patches.set(torch.cuda, name, _translating(value, tr))
+    _install_amp(patches, tr)
+
+
+def _install_amp(patches: Patches, tr: Translator) -> None:
+    autocast_cls = torch.amp.autocast_mode.autocast
+    autocast_init = autocast_cls.__init__
+
+    @functools.wraps(autocast_init)
+    def autocast_init_(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
+        autocast_init(self, tr.device_type_name(device_type), *args, **kwargs)
+
+    # torch.cuda.amp.autocast calls super().__init__("cuda", ...): it lands here too.
+    patches.set(autocast_cls, "__init__", autocast_init_)
+
+    scaler_cls = torch.amp.grad_scaler.GradScaler
+    scaler_init = scaler_cls.__init__
+
+    @functools.wraps(scaler_init)
+    def scaler_init_(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+        scaler_init(self, tr.device_type_name(device), *args, **kwargs)
+
+    # torch.cuda.amp.GradScaler() calls super().__init__("cuda", ...).
+    patches.set(scaler_cls, "__init__", scaler_init_)
+
+    def device_type_first(fn: Callable[..., Any], default_cuda: bool) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                args = (tr.device_type_name(args[0]), *args[1:])
+            elif "device_type" in kwargs:
+                kwargs["device_type"] = tr.device_type_name(kwargs["device_type"])
+            elif default_cuda:  # torch.is_autocast_enabled() asks about cuda
+                args = (tr.device_type,)
+            return fn(*args, **kwargs)
+
+        return call
+
+    for owner, name, default_cuda in (
+        (torch, "is_autocast_enabled", True), (torch, "get_autocast_dtype", False),
+        (torch, "set_autocast_enabled", False), (torch, "set_autocast_dtype", False),
+        (torch.amp, "is_autocast_available", False), (torch.amp.autocast_mode, "is_autocast_available", False),
+    ):
+        fn = getattr(owner, name, None)
+        if fn is not None:
+            patches.set(owner, name, device_type_first(fn, default_cuda and name == "is_autocast_enabled"))
+
+    for name in ("custom_fwd", "custom_bwd"):
+        fn = getattr(torch.amp, name, None)
+        if fn is not None:
+            patches.set(torch.amp, name, _keyword_device_type(fn, tr))
+
+
+def _keyword_device_type(fn: Callable[..., Any], tr: Translator) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if "device_type" in kwargs:
+            kwargs["device_type"] = tr.device_type_name(kwargs["device_type"])
+        return fn(*args, **kwargs)
+
+    return call
