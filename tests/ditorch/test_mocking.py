@@ -68,6 +68,7 @@ def test_torch_cuda_api_maps_to_device_module() -> None:
         torch.cuda.set_rng_state(state); assert torch.equal(c, torch.randn(4, device="cuda"))
         g = torch.Generator(device="cuda"); g.manual_seed(3); d = torch.randn(3, device="cuda", generator=g)
         g.manual_seed(3); assert isinstance(g, torch.Generator)
+        assert isinstance(torch.default_generator, torch.Generator)  # torch's own generators too
         assert torch.equal(d, torch.randn(3, device="cuda", generator=g))
         mocking.install(Adapter("dipu", "torch_dipu", "dipu", "gloo"))  # idempotent
         mocking.uninstall()

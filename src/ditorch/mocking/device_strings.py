@@ -167,7 +167,15 @@ def _install_load(patches: Patches, tr: Translator) -> None:
 def _install_generator(patches: Patches, tr: Translator) -> None:
     base = torch.Generator
 
-    class Generator(base):
+    class _GeneratorType(type(base)):
+        # Every generator, also those torch makes itself (torch.default_generator), stays an instance.
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, base)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, base)
+
+    class Generator(base, metaclass=_GeneratorType):
         """``torch.Generator(device="cuda")``: a generator of the adapter's device. A plugin that cannot make
         device generators (torch_dipu) gets a host generator, which its random operators accept."""
 
