@@ -65,7 +65,10 @@ def install(adapter: Adapter, *, show_device_as_cuda: bool | None = None,
     casts = switches.dtype_cast() if dtype_cast is _UNSET else switches.parse_dtype_cast(dtype_cast, "dtype_cast")
     module = adapter.device_module()
     policy = DtypePolicy(casts, supports_dtype_query(adapter), adapter.device_type) if casts else None
-    translator = Translator(adapter.device_type, module.current_device, policy, module.device_count)
+    # Single-device backends (mps) have no current_device: their only device is 0.
+    current_device = getattr(module, "current_device", lambda: 0)
+    device_count = getattr(module, "device_count", lambda: 1)
+    translator = Translator(adapter.device_type, current_device, policy, device_count)
     patches = Patches()
     try:
         cuda_module.install(patches, module, translator)

@@ -7,8 +7,8 @@ methods, ``empty``/``empty_strided`` kernels that make storage-less tensors on t
 which device a factory was asked for; no operators), and the collective backend ``dist_backend`` (its
 process groups are gloo's, so ``init_process_group`` completes and reports the backend by name).
 
-A fake package loads this file by path (:func:`load`), so only the package's own directory goes on
-``PYTHONPATH``.
+A fake package loads this file by its path (not by import), so only the package's own setup directory
+goes on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ def device_module(qualname: str, device_type: str, name: str, count: int) -> Mod
     return module
 
 
-def _register_kernels(device_type: str) -> None:
+def _register_kernels(device_type: str, module: ModuleType) -> None:
     def new(size, stride, dtype, device):  # noqa: ANN001, ANN202
-        device = torch.device(device_type, torch.device(device).index or 0)
+        index = torch.device(device).index
+        device = torch.device(device_type, module.current_device() if index is None else index)
         return FakeTensor(tuple(size), tuple(stride), dtype or torch.get_default_dtype(), device)
 
     def empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):  # noqa: ANN001, ANN202
@@ -118,6 +119,6 @@ def register(framework: ModuleType, device_type: str, name: str, count: int, dis
     torch._C._acc.register_python_privateuseone_hook(_KEEPALIVE[-2])
     torch._C._acc.register_python_privateuseone_device_guard(_KEEPALIVE[-1])
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=False)
-    _register_kernels(device_type)
+    _register_kernels(device_type, module)
     _register_backend(dist_backend, device_type)
     return module
