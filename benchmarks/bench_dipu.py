@@ -23,10 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-import torch_dipu
+import torch_dipu  # noqa: F401  (registers the dipu device)
+from bench_env import environment
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dipu.json"
 W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -106,39 +104,6 @@ def result(case: str, unit: str, samples: dict[str, list[float]], scale: float, 
             "dipu": [round(min(samples["dipu"]) * scale, 4), round(max(samples["dipu"]) * scale, 4)],
             "cpu": [round(min(samples["cpu"]) * scale, 4), round(max(samples["cpu"]) * scale, 4)],
         },
-    }
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() or None
-
-
-def environment() -> dict:
-    try:
-        import transformers
-        tf_version = transformers.__version__
-    except ImportError:
-        tf_version = None
-    return {
-        "torch": torch.__version__,
-        "torch_dipu": torch_dipu.__version__,
-        "dipu_vendor": torch_dipu.runtime().name,
-        "transformers": tf_version,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "git_commit": git_commit(),
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 

@@ -24,12 +24,13 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_env import environment
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "import.json"
 SIDES = ("without", "with")
@@ -123,41 +124,6 @@ def result(samples: dict[str, list[dict]]) -> dict:
         "pairs": len(ratios),
         "ditorch_import_ms": round(statistics.median(s["import_ms"] for s in samples["with"]), 2),
         "same_final_loss": len(losses) == 1,  # the step is deterministic: ditorch must not change it
-    }
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
-
-
-def environment() -> dict:
-    import torch
-
-    import torch_dipu
-
-    try:
-        import transformers
-        tf_version = transformers.__version__
-    except ImportError:
-        tf_version = None
-    return {
-        "torch": torch.__version__,
-        "torch_dipu": torch_dipu.__version__,
-        "dipu_vendor": torch_dipu.runtime().name,
-        "transformers": tf_version,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "git_commit": git_commit(),
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 

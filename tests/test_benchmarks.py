@@ -1,0 +1,33 @@
+"""The benchmark commands run and write JSON in the project's format (numbers are not judged here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "cases"),
+    [
+        ("bench_dipu.py", ["--rounds", "1"], {"w1_train_step", "dispatch_overhead_us", "dispatch_view_overhead_us"}),
+        ("bench_import.py", ["--pairs", "1", "--rounds", "1", "--steps", "1", "--warmup", "1"],
+         {"w1_train_step_import"}),
+    ],
+)
+def test_benchmark_writes_its_json(tmp_path: Path, script: str, args: list[str], cases: set[str]) -> None:
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert {"name", "unit", "results", "env"} <= set(report)
+    assert {r["case"] for r in report["results"]} == cases
+    for row in report["results"]:
+        assert row["value"] > 0 and row["baseline"] > 0 and row["ratio"] > 0
+    assert report["env"]["torch"] and report["env"]["dipu_vendor"] == "droplet"
