@@ -32,32 +32,9 @@ from pathlib import Path
 import torch
 
 import torch_dipu  # noqa: F401  (registers the dipu device)
-from bench_env import environment
+from bench_common import environment, w1_step
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dipu.json"
-W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-          num_attention_heads=4, num_key_value_heads=2)
-
-
-def w1_step(device: str, seed: int = 0) -> Callable[[], float]:
-    """A closure running one W1 training step on ``device`` (model and data built once, seeded)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**W1)).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(seed)).to(device)
-
-    def step() -> float:
-        loss = model(input_ids=ids, labels=ids).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    return step
-
-
 def time_calls(fn: Callable[[], object], calls: int) -> float:
     """Seconds per call of ``fn`` over ``calls`` back-to-back calls (garbage collector paused)."""
     gc.collect()

@@ -30,20 +30,17 @@ import sys
 import time
 from pathlib import Path
 
-from bench_env import environment
+from bench_common import environment, w1_step
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "import.json"
 SIDES = ("without", "with")
-W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-          num_attention_heads=4, num_key_value_heads=2)
 
 
 # -- child: one side, one process ---------------------------------------------------------------------
 
 def child(side: str, rounds: int, steps: int, warmup: int) -> dict:
     """Time the W1 step on dipu in this process; ``side == "with"`` imports ditorch before the model."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers  # noqa: F401  (imported on both sides before the clock matters)
 
     import torch_dipu  # noqa: F401  (both sides: the dipu device itself is not what is measured)
 
@@ -53,17 +50,7 @@ def child(side: str, rounds: int, steps: int, warmup: int) -> dict:
         import ditorch  # noqa: F401
         import_ms = (time.perf_counter() - start) * 1e3
 
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**W1)).to("dipu")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(0)).to("dipu")
-
-    def step() -> float:
-        loss = model(input_ids=ids, labels=ids).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.item()
+    step = w1_step("dipu")
 
     for _ in range(warmup):
         step()

@@ -1,4 +1,4 @@
-"""The ``env`` block every benchmark writes (DESIGN.md benchmark format)."""
+"""What the benchmarks share: the W1 training step and the ``env`` block of the JSON (DESIGN.md format)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -44,3 +45,29 @@ def environment() -> dict:
         "git_commit": git_commit(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+#: W1: the workload of the speed goals (a 2-layer Llama; AdamW lr=1e-3; input ids of shape (2, 64)).
+W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+          num_attention_heads=4, num_key_value_heads=2)
+
+
+def w1_step(device: str, seed: int = 0) -> Callable[[], float]:
+    """A closure running one W1 training step on ``device`` (model and data built once, seeded): forward
+    with labels, zero_grad, backward, optimizer step, ``loss.item()``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**W1)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(seed)).to(device)
+
+    def step() -> float:
+        loss = model(input_ids=ids, labels=ids).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
