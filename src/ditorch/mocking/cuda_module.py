@@ -73,37 +73,27 @@ def _install_amp(patches: Patches, tr: Translator) -> None:
     # torch.cuda.amp.GradScaler() calls super().__init__("cuda", ...).
     patches.set(scaler_cls, "__init__", scaler_init_)
 
-    def device_type_first(fn: Callable[..., Any], default_cuda: bool) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                args = (tr.device_type_name(args[0]), *args[1:])
-            elif "device_type" in kwargs:
-                kwargs["device_type"] = tr.device_type_name(kwargs["device_type"])
-            elif default_cuda:  # torch.is_autocast_enabled() asks about cuda
-                args = (tr.device_type,)
-            return fn(*args, **kwargs)
-
-        return call
-
     for owner, name, default_cuda in (
         (torch, "is_autocast_enabled", True), (torch, "get_autocast_dtype", False),
         (torch, "set_autocast_enabled", False), (torch, "set_autocast_dtype", False),
         (torch.amp, "is_autocast_available", False), (torch.amp.autocast_mode, "is_autocast_available", False),
+        (torch.amp, "custom_fwd", False), (torch.amp, "custom_bwd", False),
     ):
         fn = getattr(owner, name, None)
         if fn is not None:
-            patches.set(owner, name, device_type_first(fn, default_cuda and name == "is_autocast_enabled"))
-
-    for name in ("custom_fwd", "custom_bwd"):
-        fn = getattr(torch.amp, name, None)
-        if fn is not None:
-            patches.set(torch.amp, name, _keyword_device_type(fn, tr))
+            patches.set(owner, name, _device_type_argument(fn, tr, default_cuda))
 
 
-def _keyword_device_type(fn: Callable[..., Any], tr: Translator) -> Callable[..., Any]:
+def _device_type_argument(fn: Callable[..., Any], tr: Translator, default_cuda: bool) -> Callable[..., Any]:
+    """``fn`` with its device type (first positional or ``device_type=``) translated from ``"cuda"``;
+    ``default_cuda``: called without one, ``fn`` asks about cuda (``torch.is_autocast_enabled()``)."""
+
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            args = (tr.device_type_name(args[0]), *args[1:])  # custom_fwd(fn, ...): fn passes through
+        elif default_cuda and "device_type" not in kwargs:
+            args = (tr.device_type,)
         if "device_type" in kwargs:
             kwargs["device_type"] = tr.device_type_name(kwargs["device_type"])
         return fn(*args, **kwargs)
