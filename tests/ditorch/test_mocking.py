@@ -259,3 +259,28 @@ def test_dtype_cast_switch_parsing() -> None:
         parse_dtype_cast("float64")
     with pytest.raises(ValueError, match="not a torch dtype"):
         parse_dtype_cast("float64:nonsense")
+
+
+def test_custom_fwd_and_autocast_queries_accept_cuda() -> None:
+    check("""
+        class Double(torch.autograd.Function):
+            @staticmethod
+            @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            @torch.amp.custom_bwd(device_type="cuda")
+            def backward(ctx, grad):
+                return grad * 2
+
+        x = torch.ones(2, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert torch.is_autocast_enabled() and torch.is_autocast_enabled("cuda")
+            assert torch.get_autocast_dtype("cuda") == torch.bfloat16
+            y = Double.apply(x.bfloat16())
+        assert y.dtype == torch.float32 and y.device.type == "dipu"  # cast_inputs ran on the device
+        y.sum().backward()
+        assert x.grad.cpu().tolist() == [2.0, 2.0]
+        print("OK")
+    """)
