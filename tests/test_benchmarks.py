@@ -18,6 +18,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ("bench_dipu.py", ["--rounds", "1"], {"w1_train_step", "dispatch_overhead_us", "dispatch_view_overhead_us"}),
         ("bench_import.py", ["--pairs", "1", "--rounds", "1", "--steps", "1", "--warmup", "1"],
          {"w1_train_step_import"}),
+        ("bench_op_tools.py", ["--rounds", "1", "--steps", "1"],
+         {"w1_step_observe_to_file", "w1_step_capture", "w1_step_capture_stats"}),
     ],
 )
 def test_benchmark_writes_its_json(tmp_path: Path, script: str, args: list[str], cases: set[str]) -> None:

@@ -72,6 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_command.add_arguments(p)
     p.set_defaults(handler=run_command.handle)
+
+    p = commands.add_parser(
+        "replay",
+        help="replay captured op cases (from op_tools.OpCapture) and compare with the captured results",
+        description="Rebuild every case under DIR (searched recursively) on a device with its recorded layout, "
+                    "run it forward and backward, and compare with what was captured (bitwise and by the "
+                    "comparison rules). Same as `python -m op_tools.run_op_from_data`. Exit status 1 if any case "
+                    "failed or could not be replayed.",
+    )
+    from op_tools import run_op_from_data
+
+    run_op_from_data.add_arguments(p)
+    p.set_defaults(handler=run_op_from_data.run)
     return parser
 
 

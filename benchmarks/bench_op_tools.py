@@ -1,0 +1,135 @@
+"""Benchmark the cost of op_tools on the W1 training step on dipu.
+
+    python benchmarks/bench_op_tools.py [--out FILE] [--rounds N] [--steps N]
+
+In one process, the same W1 model (a 2-layer Llama, hidden 128, vocab 1000; AdamW lr=1e-3; input ids
+(2, 64)) runs ``--steps`` training steps per round in four ways, interleaved round by round so a slow spell
+of the machine hits all of them alike:
+
+* ``plain``: no tool;
+* ``observe_to_file``: under ``OpObserve(file=...)``, one line per call and per backward (target <= 2x);
+* ``capture``: under ``OpCapture()``, every call saved with its gradients (target <= 15x);
+* ``capture_stats``: under ``OpCapture(mode="stats")`` (target <= 3x).
+
+A round's time includes starting the tool and, for capture, waiting at ``stop()`` until every case is on
+disk. Per case: ``value`` is the median step time in ms, ``baseline`` the plain median, ``ratio`` their
+quotient. Each tool case also reports bytes written per step, console lines per step, and whether the
+losses were bitwise equal to the plain run's (observation must not change training).
+
+Writes one JSON file in the project's benchmark format (see benchmarks/README.md) and prints one line per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_common import environment, w1_step
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "op_tools.json"
+TARGETS = {"observe_to_file": 2.0, "capture": 15.0, "capture_stats": 3.0}
+
+
+class _LineCounter(io.TextIOBase):
+    """Counts the lines written to stderr while a tool runs (and forwards nothing)."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return len(text)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _run(kind: str, steps: int, workdir: Path) -> tuple[float, list[float], int, int]:
+    """One round: (seconds per step, losses, bytes written, console lines)."""
+    import op_tools
+
+    step = _run.steps_by_kind[kind]
+    out_dir = workdir / kind
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    counter = _LineCounter()
+    if kind == "plain":
+        tool = contextlib.nullcontext()
+    elif kind == "observe_to_file":
+        tool = op_tools.OpObserve(file=out_dir / "observe.log")
+    else:
+        tool = op_tools.OpCapture(results_dir=out_dir, mode="stats" if kind == "capture_stats" else "data")
+    gc.collect()
+    with contextlib.redirect_stderr(counter):
+        start = time.perf_counter()
+        with tool:
+            losses = [step() for _ in range(steps)]
+        elapsed = time.perf_counter() - start
+    written = _dir_bytes(out_dir)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return elapsed / steps, losses, written, counter.lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4)
+    args = parser.parse_args(argv)
+
+    import torch_dipu  # noqa: F401
+
+    kinds = ["plain", "observe_to_file", "capture", "capture_stats"]
+    # One model per kind, built from the same seed, so every kind trains the same model from the same
+    # state and their losses can be compared step by step.
+    _run.steps_by_kind = {kind: w1_step("dipu") for kind in kinds}
+    for kind in kinds:  # warm-up (caches, first-call costs) outside the timed rounds
+        _run.steps_by_kind[kind]()
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    losses: dict[str, list[float]] = {k: [] for k in kinds}
+    written: dict[str, list[int]] = {k: [] for k in kinds}
+    lines: dict[str, list[int]] = {k: [] for k in kinds}
+    with tempfile.TemporaryDirectory(prefix="bench_op_tools-") as tmp:
+        for _ in range(args.rounds):
+            for kind in kinds:
+                t, ls, nbytes, nlines = _run(kind, args.steps, Path(tmp))
+                times[kind].append(t)
+                losses[kind].extend(ls)
+                written[kind].append(nbytes)
+                lines[kind].append(nlines)
+    base = statistics.median(times["plain"]) * 1e3
+    results = []
+    for kind in kinds[1:]:
+        value = statistics.median(times[kind]) * 1e3
+        result = {
+            "case": f"w1_step_{kind}", "value": round(value, 3), "baseline": round(base, 3),
+            "ratio": round(value / base, 3), "target_ratio": TARGETS[kind],
+            "bytes_per_step": int(statistics.median(written[kind]) / args.steps),
+            "console_lines_per_step": statistics.median(lines[kind]) / args.steps,
+            "losses_bitwise_equal_to_plain": losses[kind] == losses["plain"],
+        }
+        results.append(result)
+        print(f"{result['case']}: {value:.1f} ms vs plain {base:.1f} ms, ratio {result['ratio']:.2f} "
+              f"(target <= {TARGETS[kind]}), {result['bytes_per_step'] / 2**20:.2f} MiB/step, "
+              f"{result['console_lines_per_step']:.2f} console lines/step, "
+              f"losses equal: {result['losses_bitwise_equal_to_plain']}")
+    payload = {"name": "op_tools", "unit": "ms", "results": results,
+               "env": {**environment(), "rounds": args.rounds, "steps_per_round": args.steps}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,385 @@
+"""How one operator call is stored: the case format every ditorch tool reads and writes.
+
+A case is a directory holding ``case.json`` (the op name, call site, the structure of the arguments and
+outputs with plain values inline and tensors by reference, the layout of every tensor, versions) and
+``tensors.safetensors`` (the data). Gradients recorded later go to ``backward.safetensors``. Nothing is
+pickled: loading a case never executes code.
+
+A tensor is stored as the contiguous run of storage elements its view can reach (from its storage offset
+to its last element), with its dtype, shape, stride and storage offset recorded, so
+:func:`rebuild_tensor` gives back a tensor with the same layout: a non-contiguous input replays as
+non-contiguous. Values are encoded by :class:`Encoder` and decoded by :func:`decode_value`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "BACKWARD_FILE",
+    "CASE_FILE",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "TENSORS_FILE",
+    "CaseFormatError",
+    "Encoder",
+    "LoadedCase",
+    "NotReplayableError",
+    "decode_value",
+    "dtype_from_name",
+    "dtype_name",
+    "host_span",
+    "load_case",
+    "rebuild_tensor",
+    "storage_span",
+    "write_json",
+    "write_tensors",
+]
+
+FORMAT_NAME = "ditorch-case"
+FORMAT_VERSION = 1
+CASE_FILE = "case.json"
+TENSORS_FILE = "tensors.safetensors"
+BACKWARD_FILE = "backward.safetensors"
+
+# dtypes safetensors stores natively; others are stored as raw bytes (uint8) and viewed back.
+_NATIVE_DTYPES = {
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool,
+}
+
+
+class CaseFormatError(ValueError):
+    """A case directory or file that cannot be read: the message names the file and what is wrong."""
+
+
+class NotReplayableError(ValueError):
+    """A case whose call cannot be rebuilt (an argument that was not serializable, an unknown op)."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """``"float32"`` -> ``torch.float32``; a clear error for anything else."""
+    value = getattr(torch, str(name), None)
+    if not isinstance(value, torch.dtype):
+        raise CaseFormatError(f"unknown dtype {name!r}")
+    return value
+
+
+def storage_span(shape: tuple[int, ...] | torch.Size, stride: tuple[int, ...]) -> int:
+    """How many storage elements a view of ``shape``/``stride`` reaches from its storage offset."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((size - 1) * st for size, st in zip(shape, stride, strict=True))
+
+
+def host_span(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous host copy of the storage elements ``t`` reaches (see :func:`storage_span`)."""
+    if torch.is_grad_enabled():
+        with torch.no_grad():
+            return host_span(t)
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    numel = t.numel()
+    if numel and t.is_contiguous():
+        # The span of a contiguous tensor is its elements: copy first, flatten on the host (no device op).
+        host = t.clone() if t.device.type == "cpu" else t.to("cpu")
+        return host.reshape(numel)
+    flat = t.as_strided((storage_span(t.shape, t.stride()),), (1,), t.storage_offset())
+    return flat.clone() if flat.device.type == "cpu" else flat.to("cpu")
+
+
+@dataclass
+class Encoder:
+    """Encodes Python values (args, kwargs, outputs) into JSON-ready structures.
+
+    Tensors are replaced by ``{"tensor": key}``; their layout goes to :attr:`meta` and, unless
+    ``with_data`` is False, a host copy of their storage span to :attr:`data`. Keys are ``prefix`` plus a
+    running index, in the order tensors are met, which is the order :func:`tensor_keys` gives back.
+    """
+
+    prefix: str
+    with_data: bool = True
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data: dict[str, torch.Tensor] = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    opaque: list[str] = field(default_factory=list)
+    keys_by_id: dict[int, str] = field(default_factory=dict)
+
+    def encode(self, value: Any) -> Any:
+        """The JSON-ready form of ``value``."""
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, torch.Tensor):
+            return {"tensor": self._add_tensor(value)}
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            if math.isfinite(value):
+                return value
+            return {"float": repr(value)}
+        if isinstance(value, complex):
+            return {"complex": [self.encode(value.real), self.encode(value.imag)]}
+        if isinstance(value, torch.Size):
+            return {"size": list(value)}
+        if isinstance(value, torch.dtype):
+            return {"dtype": dtype_name(value)}
+        if isinstance(value, torch.device):
+            return {"device": str(value)}
+        if isinstance(value, torch.layout):
+            return {"layout": str(value).removeprefix("torch.")}
+        if isinstance(value, torch.memory_format):
+            return {"memory_format": str(value).removeprefix("torch.")}
+        if isinstance(value, slice):
+            return {"slice": [self.encode(value.start), self.encode(value.stop), self.encode(value.step)]}
+        if value is Ellipsis:
+            return {"ellipsis": None}
+        if isinstance(value, torch.Generator):
+            return {"generator": str(value.device)}
+        if isinstance(value, tuple):
+            encoded: dict[str, Any] = {"tuple": [self.encode(v) for v in value]}
+            module = type(value).__module__
+            if module == "torch.return_types":
+                encoded["type"] = type(value).__name__
+            return encoded
+        if isinstance(value, list):
+            return [self.encode(v) for v in value]
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return {"dict": {k: self.encode(v) for k, v in value.items()}}
+        text = f"{type(value).__module__}.{type(value).__qualname__}"
+        self.opaque.append(text)
+        return {"opaque": text, "repr": _short_repr(value)}
+
+    def key_of(self, t: torch.Tensor) -> str | None:
+        """The key an encoded tensor got (the same object encoded twice gets one key)."""
+        return self.keys_by_id.get(id(t))
+
+    def _add_tensor(self, t: torch.Tensor) -> str:
+        known = self.keys_by_id.get(id(t))
+        if known is not None:
+            return known
+        key = f"{self.prefix}{len(self.meta)}"
+        self.keys_by_id[id(t)] = key
+        self.meta[key] = tensor_meta(t)
+        self.tensors[key] = t
+        if self.with_data:
+            self.data[key] = host_span(t)
+        return key
+
+
+def tensor_meta(t: torch.Tensor) -> dict[str, Any]:
+    """The layout record of one tensor."""
+    return {
+        "dtype": dtype_name(t.dtype),
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "storage_offset": int(t.storage_offset()),
+        "device": str(t.device),
+        "requires_grad": bool(t.requires_grad),
+    }
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not stop a capture
+        text = f"<unprintable: {exc}>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _decode_float(text: str) -> float:
+    if text not in ("nan", "inf", "-inf"):
+        raise CaseFormatError(f"bad float value {text!r}")
+    return float(text)
+
+
+def decode_value(struct: Any, tensors: dict[str, torch.Tensor], device_map: dict[str, str] | None = None) -> Any:
+    """Rebuild a value encoded by :class:`Encoder`; tensors come from ``tensors`` by key. ``device_map``
+    maps device types (``{"dipu": "cpu"}``) so device arguments follow the tensors to the replay device.
+    """
+    if struct is None or isinstance(struct, (bool, int, float, str)):
+        return struct
+    if isinstance(struct, list):
+        return [decode_value(v, tensors, device_map) for v in struct]
+    if not isinstance(struct, dict) or len(struct) == 0:
+        raise CaseFormatError(f"unexpected value {struct!r}")
+    if "tensor" in struct:
+        key = struct["tensor"]
+        if key not in tensors:
+            raise CaseFormatError(f"tensor {key!r} is referenced but not stored")
+        return tensors[key]
+    if "tuple" in struct:
+        items = tuple(decode_value(v, tensors, device_map) for v in struct["tuple"])
+        kind = struct.get("type")
+        if kind is not None:
+            cls = getattr(torch.return_types, str(kind), None)
+            if cls is None:
+                raise CaseFormatError(f"unknown return type torch.return_types.{kind}")
+            return cls(items)
+        return items
+    if "dict" in struct:
+        return {k: decode_value(v, tensors, device_map) for k, v in struct["dict"].items()}
+    if "float" in struct:
+        return _decode_float(struct["float"])
+    if "complex" in struct:
+        re_, im = (decode_value(v, tensors, device_map) for v in struct["complex"])
+        return complex(re_, im)
+    if "size" in struct:
+        return torch.Size(struct["size"])
+    if "dtype" in struct:
+        return dtype_from_name(struct["dtype"])
+    if "device" in struct:
+        return torch.device(map_device(struct["device"], device_map))
+    if "layout" in struct:
+        return _torch_attr(struct["layout"], torch.layout, "layout")
+    if "memory_format" in struct:
+        return _torch_attr(struct["memory_format"], torch.memory_format, "memory format")
+    if "slice" in struct:
+        return slice(*(decode_value(v, tensors, device_map) for v in struct["slice"]))
+    if "ellipsis" in struct:
+        return Ellipsis
+    if "generator" in struct:
+        return None  # the target device's default generator
+    if "opaque" in struct:
+        raise NotReplayableError(f"an argument of type {struct['opaque']} was not serializable "
+                                 f"({struct.get('repr', '')})")
+    raise CaseFormatError(f"unexpected value {struct!r}")
+
+
+def map_device(device: str, device_map: dict[str, str] | None) -> str:
+    """``"dipu:0"`` with ``{"dipu": "cpu"}`` -> ``"cpu"``; unmapped devices are returned unchanged."""
+    if not device_map:
+        return device
+    kind = device.split(":", 1)[0]
+    return device_map.get(kind, device)
+
+
+def _torch_attr(name: str, kind: type, what: str) -> Any:
+    value = getattr(torch, str(name), None)
+    if not isinstance(value, kind):
+        raise CaseFormatError(f"unknown {what} {name!r}")
+    return value
+
+
+def rebuild_tensor(meta: dict[str, Any], span: torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """The tensor described by ``meta`` on ``device``, with its recorded shape, stride and storage offset;
+    ``span`` holds its storage elements (as stored by :func:`write_tensors`)."""
+    try:
+        dtype = dtype_from_name(meta["dtype"])
+        shape = [int(s) for s in meta["shape"]]
+        stride = [int(s) for s in meta["stride"]]
+        offset = int(meta["storage_offset"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CaseFormatError(f"bad tensor record {meta!r}: {exc}") from None
+    if len(shape) != len(stride) or offset < 0 or any(s < 0 for s in shape):
+        raise CaseFormatError(f"bad tensor layout: shape {shape}, stride {stride}, offset {offset}")
+    if span.dtype != dtype:
+        if span.dtype != torch.uint8 or span.numel() % _itemsize(dtype):
+            raise CaseFormatError(f"stored data of dtype {span.dtype} does not hold {dtype}")
+        span = span.view(dtype)
+    needed = storage_span(shape, stride)
+    if span.dim() != 1 or span.numel() != needed:
+        raise CaseFormatError(f"stored data has shape {list(span.shape)}; the layout needs {needed} elements in "
+                              f"one dimension")
+    storage = torch.empty(offset + needed, dtype=dtype, device=device)
+    if needed:
+        storage[offset:].copy_(span)
+    return storage.as_strided(shape, stride, offset)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _storable(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype in _NATIVE_DTYPES:
+        return t.contiguous()
+    return t.contiguous().view(torch.uint8)
+
+
+def write_tensors(path: Path, data: dict[str, torch.Tensor]) -> int:
+    """Write host tensors to a safetensors file; returns bytes written. (Writers write ``case.json`` last: a
+    case directory without it is incomplete, and readers do not see it.)"""
+    from safetensors.torch import save_file
+
+    save_file({k: _storable(v) for k, v in data.items()}, str(path), metadata={"format": FORMAT_NAME})
+    return path.stat().st_size
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> int:
+    """Write ``payload`` as compact JSON; returns bytes written."""
+    text = json.dumps(payload, allow_nan=False)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return len(text)
+
+
+@dataclass
+class LoadedCase:
+    """One case read from disk: its ``case.json`` and the host tensors of its files."""
+
+    path: Path
+    record: dict[str, Any]
+    data: dict[str, torch.Tensor]
+
+    @property
+    def op(self) -> str:
+        return str(self.record["op"])
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise CaseFormatError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def load_case(case_dir: str | Path) -> LoadedCase:
+    """Read one case directory; :class:`CaseFormatError` names the file at fault."""
+    case_dir = Path(case_dir)
+    case_file = case_dir / CASE_FILE
+    try:
+        record = json.loads(case_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CaseFormatError(f"{case_file}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CaseFormatError(f"{case_file}: not valid JSON ({exc})") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT_NAME:
+        raise CaseFormatError(f"{case_file}: not a ditorch case (no \"format\": \"{FORMAT_NAME}\")")
+    version = record.get("version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CaseFormatError(f"{case_file}: case format version {version!r} is not supported "
+                              f"(this ditorch reads up to {FORMAT_VERSION})")
+    for key, kind in (("op", str), ("args", list), ("kwargs", dict), ("tensors", dict), ("outputs", object)):
+        if key not in record:
+            raise CaseFormatError(f"{case_file}: missing field {key!r}")
+        if not isinstance(record[key], kind):
+            raise CaseFormatError(f"{case_file}: field {key!r} must be a {kind.__name__}, "
+                                  f"not {type(record[key]).__name__}")
+    if not all(isinstance(m, dict) for m in record["tensors"].values()):
+        raise CaseFormatError(f"{case_file}: every entry of 'tensors' must be an object")
+    data: dict[str, torch.Tensor] = {}
+    if record.get("mode", "data") == "data":
+        data.update(_load_safetensors(case_dir / TENSORS_FILE))
+        backward = record.get("backward")
+        if isinstance(backward, dict) and any(k not in data for k in backward.get("tensors", {})):
+            data.update(_load_safetensors(case_dir / BACKWARD_FILE))
+    missing = [k for k in record["tensors"] if k not in data] if record.get("mode", "data") == "data" else []
+    if missing:
+        raise CaseFormatError(f"{case_dir / TENSORS_FILE}: tensors {missing} of case.json are not stored")
+    return LoadedCase(case_dir, record, data)

@@ -1,0 +1,198 @@
+"""Backward coverage: the gradients of one intercepted call, from every autograd node it created.
+
+A call may create several nodes (``F.linear`` on 3-D input makes a view, a matmul and a transpose; an
+in-place op on a view rewrites its base). Nodes are numbered per thread in creation order, so the nodes
+a call created are exactly those reachable from its outputs whose sequence number lies in the range
+seen during the call. Each gets a post-hook: the hook on an output's node records the gradient of that
+output, and each edge leaving the call's subgraph towards one of the call's inputs (its ``grad_fn`` edge,
+or the ``AccumulateGrad`` of a leaf) records that input's gradient. When the backward pass ends, the
+tools get the call's gradients in one piece.
+
+Hooks keep no reference to the nodes or tensors of the forward pass (only indices), so the graph is
+freed as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+if TYPE_CHECKING:
+    from op_tools.engine import OpCall
+    from op_tools.tool import OpTool
+
+__all__ = ["GradMeta", "attach", "input_edges"]
+
+
+class GradMeta(NamedTuple):
+    """What a tool that needs no data learns about a gradient."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+
+
+def input_edges(inputs: list[torch.Tensor]) -> list[tuple[Any, int] | None]:
+    """For each input: ``(grad_fn, output_nr)``, ``(leaf tensor, -1)`` or None (no gradient)."""
+    edges: list[tuple[Any, int] | None] = []
+    for t in inputs:
+        if not t.requires_grad:
+            edges.append(None)
+        elif t.grad_fn is not None:
+            edges.append((t.grad_fn, t.output_nr))
+        else:
+            edges.append((t, -1))
+    return edges
+
+
+class _Record:
+    __slots__ = ("call", "states", "grad_in", "grad_out", "finished", "keep", "pending")
+
+    def __init__(self, call: OpCall, states: list[tuple[OpTool, Any]]) -> None:
+        self.call = call
+        self.states = states
+        self.grad_in: dict[int, Any] = {}
+        self.grad_out: dict[int, Any] = {}
+        self.finished = False
+        self.pending = False
+        needs = {tool.backward_needs for tool, _ in states}
+        self.keep = _keep_data if "data" in needs else _keep_stats if "stats" in needs else _keep_meta
+
+
+def _keep_data(grads: list[torch.Tensor]) -> list[Any]:
+    """Host copies (the engine may reuse a gradient's memory once the hook returns)."""
+    return [g.detach().to("cpu", copy=True) for g in grads]
+
+
+def _keep_stats(grads: list[torch.Tensor]) -> list[Any]:
+    from op_tools.tensor_stats import device_stats
+
+    return [{"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."), **stats}
+            for g, stats in zip(grads, device_stats(grads), strict=True)]
+
+
+def _keep_meta(grads: list[torch.Tensor]) -> list[Any]:
+    return [GradMeta(tuple(g.shape), g.dtype, str(g.device)) for g in grads]
+
+
+_local = threading.local()
+
+
+def _pending() -> list[_Record]:
+    pending = getattr(_local, "pending", None)
+    if pending is None:
+        pending = _local.pending = []
+    return pending
+
+
+def _finish_backward() -> None:
+    from op_tools.engine import engine, internal
+
+    pending = _pending()
+    _local.queued = False
+    records, pending[:] = list(pending), []
+    with internal():
+        for rec in records:
+            rec.finished = True
+            for tool, state in rec.states:
+                try:
+                    tool.on_backward(rec.call, state, rec.grad_in, rec.grad_out)
+                except Exception as exc:
+                    engine.report(tool, rec.call.name, "the backward", exc)
+
+
+def _on_node(rec: _Record, out_slots: tuple[tuple[int, int], ...], edge_slots: tuple[tuple[int, int], ...],
+             grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+    if rec.finished:
+        return
+    from op_tools.engine import engine, internal
+
+    try:
+        with internal():
+            slots: list[tuple[bool, int]] = []
+            grads: list[torch.Tensor] = []
+            for k, nr in out_slots:
+                g = grad_outputs[nr] if nr < len(grad_outputs) else None
+                if g is not None and k not in rec.grad_out:
+                    slots.append((True, k))
+                    grads.append(g)
+            for i, j in edge_slots:
+                g = grad_inputs[i] if i < len(grad_inputs) else None
+                if g is not None:
+                    slots.append((False, j))
+                    grads.append(g)
+            for (is_output, index), kept in zip(slots, rec.keep(grads) if grads else [], strict=True):
+                if is_output:
+                    rec.grad_out[index] = kept
+                    continue
+                prev = rec.grad_in.get(index)
+                if prev is None:
+                    rec.grad_in[index] = kept
+                elif isinstance(prev, torch.Tensor):  # an input reached by several nodes of the call
+                    rec.grad_in[index] = prev + kept
+    except Exception as exc:
+        for tool, _ in rec.states:
+            engine.report(tool, rec.call.name, "recording gradients", exc)
+        return
+    if not rec.pending:
+        rec.pending = True
+        _pending().append(rec)
+    if not getattr(_local, "queued", False):
+        _local.queued = True
+        torch.autograd.Variable._execution_engine.queue_callback(_finish_backward)
+
+
+def attach(call: OpCall, states: list[tuple[OpTool, Any]], edges: list[tuple[Any, int] | None],
+           seq0: int, seq1: int) -> int:
+    """Hook every node ``call`` created (sequence numbers in ``[seq0, seq1)``); returns how many."""
+    index: dict[int, int] = {}
+    created: list[Any] = []
+    out_slots: dict[int, list[tuple[int, int]]] = {}
+    for k, out in enumerate(call.outputs):
+        fn = out.grad_fn
+        if fn is None or not (seq0 <= fn._sequence_nr() < seq1):
+            continue
+        if id(fn) not in index:
+            index[id(fn)] = len(created)
+            created.append(fn)
+        out_slots.setdefault(id(fn), []).append((k, out.output_nr))
+    if not created:
+        return 0
+    stack = list(created)
+    while stack:
+        node = stack.pop()
+        for nf, _ in node.next_functions:
+            if nf is None or id(nf) in index:
+                continue
+            if seq0 <= nf._sequence_nr() < seq1:
+                index[id(nf)] = len(created)
+                created.append(nf)
+                stack.append(nf)
+    by_fn: dict[tuple[int, int], int] = {}
+    by_leaf: dict[int, int] = {}
+    for j, edge in enumerate(edges):
+        if edge is None:
+            continue
+        obj, nr = edge
+        if nr < 0:
+            by_leaf.setdefault(id(obj), j)
+        else:
+            by_fn.setdefault((id(obj), nr), j)
+    rec = _Record(call, states)
+    for node in created:
+        slots = []
+        for i, (nf, nr) in enumerate(node.next_functions):
+            if nf is None or id(nf) in index:
+                continue
+            j = by_fn.get((id(nf), nr))
+            if j is None and by_leaf:
+                variable = getattr(nf, "variable", None)
+                if variable is not None:
+                    j = by_leaf.get(id(variable))
+            if j is not None:
+                slots.append((i, j))
+        node.register_hook(functools.partial(_on_node, rec, tuple(out_slots.get(id(node), ())), tuple(slots)))
+    return len(created)

@@ -1,0 +1,54 @@
+"""The user's line that made a call: ``file:line function: source``, skipping torch's and the tools' frames."""
+
+from __future__ import annotations
+
+import linecache
+import os
+from types import FrameType
+
+import torch
+
+__all__ = ["call_site", "skip_frames_under"]
+
+_SKIP_DIRS: list[str] = [
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.dirname(os.__file__) + os.sep + "contextlib.py",
+]
+_skip_cache: dict[str, bool] = {}
+_text_cache: dict[tuple[object, int], str] = {}
+
+
+def skip_frames_under(path: str) -> None:
+    """Also skip frames from files under ``path`` (a package that wraps torch calls, like ditorch's mocks)."""
+    _SKIP_DIRS.append(os.path.abspath(path))
+    _skip_cache.clear()
+
+
+def _skipped(filename: str) -> bool:
+    try:
+        return _skip_cache[filename]
+    except KeyError:
+        value = filename.startswith("<frozen") or any(filename.startswith(d) for d in _SKIP_DIRS)
+        _skip_cache[filename] = value
+        return value
+
+
+def _describe(frame: FrameType) -> str:
+    code, line = frame.f_code, frame.f_lineno
+    key = (code, line)
+    text = _text_cache.get(key)
+    if text is None:
+        source = linecache.getline(code.co_filename, line).strip()
+        text = f"{code.co_filename}:{line} {code.co_name}: {source}" if source else \
+            f"{code.co_filename}:{line} {code.co_name}"
+        _text_cache[key] = text
+    return text
+
+
+def call_site(frame: FrameType | None) -> str:
+    """The innermost frame from ``frame`` outwards that is outside torch and op_tools, described as
+    ``file:line function: source``."""
+    while frame is not None and _skipped(frame.f_code.co_filename):
+        frame = frame.f_back
+    return _describe(frame) if frame is not None else "<unknown>"

@@ -1,0 +1,428 @@
+"""OpCapture: save every matched call (inputs, outputs, and in backward the gradients) as a case.
+
+Cases go to ``<results>/op_capture/<run>/rank<r>/<op>/<id>/`` in the format of :mod:`diopi.case_format`
+(``case.json`` + ``tensors.safetensors``; ``backward.safetensors`` once the backward pass has reached the
+call). Host copies are taken on the training thread (inputs before the call, so in-place ops keep their
+original inputs); files are written by a background thread (:class:`~op_tools.case_writer.CaseWriter`).
+Each run also writes ``cases.jsonl`` and ``cases.csv`` (one row per case) next to the cases.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from diopi import case_format as cf
+from op_tools import config
+from op_tools.case_writer import CaseWriter
+from op_tools.engine import OpCall, print_line
+from op_tools.tensor_stats import device_stats
+from op_tools.tool import OpTool
+
+__all__ = ["OpCapture"]
+
+DEFAULT_MAX_BYTES = 10 * 2**30
+MODES = ("data", "stats")
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ditorch_version = version("ditorch")
+    except PackageNotFoundError:
+        ditorch_version = "unknown"
+    return {"torch": torch.__version__, "ditorch": ditorch_version, "python": platform.python_version()}
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def op_dir_name(op: str) -> str:
+    """An op name as a directory name (``torch.Tensor.add`` stays as it is)."""
+    return _UNSAFE.sub("_", op) or "_"
+
+
+@dataclass
+class _CaseState:
+    """What one capture keeps between the forward and the backward of a call (no tensors)."""
+
+    args: Any
+    kwargs: Any
+    meta: dict[str, dict[str, Any]]
+    data: dict[str, torch.Tensor] | None
+    input_keys: list[str | None]
+    opaque: list[str]
+    output_keys: list[str | None] = field(default_factory=list)
+    case_dir: Path | None = None
+    device: str = "cpu"
+    written: threading.Event | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _stats_rows(meta: dict[str, dict[str, Any]], stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {key: {"shape": m["shape"], "dtype": m["dtype"], **stats[key]} for key, m in meta.items() if key in stats}
+
+
+def _nbytes(data: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in data.values())
+
+
+class OpCapture(OpTool):
+    """Capture operator calls as replayable cases.
+
+    Keywords (environment variable in brackets): ``ops``/``disable_ops`` [``OP_CAPTURE_LIST`` /
+    ``OP_CAPTURE_DISABLE_LIST``], ``steps`` [``OP_CAPTURE_STEPS``], ``mode`` ``"data"`` or ``"stats"``
+    [``OP_CAPTURE_MODE``], ``max_bytes`` [``OP_CAPTURE_MAX_BYTES``, default 10 GiB], ``results_dir``
+    [``OP_TOOLS_RESULTS_DIR``], ``run_id`` [``OP_TOOLS_RUN_ID``], ``device`` [``OP_TOOLS_DEVICE``],
+    ``verbose`` [``OP_TOOLS_VERBOSE``]. After :meth:`stop`, :attr:`captured` is the number of calls
+    captured and :attr:`run_dir` where their cases are.
+    """
+
+    env_prefix = "OP_CAPTURE"
+    steps_env = config.CAPTURE_STEPS_ENV
+    wants_backward = True
+    backward_needs = "data"
+
+    def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
+                 device: str | torch.device | None = None, steps: Any = None, mode: str | None = None,
+                 max_bytes: int | str | None = None, results_dir: str | os.PathLike[str] | None = None,
+                 run_id: str | None = None, verbose: bool | None = None,
+                 queue_bytes: int = 256 * 2**20) -> None:
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        mode = (mode or os.environ.get(config.CAPTURE_MODE_ENV) or "data").strip().lower()
+        if mode not in MODES:
+            raise ValueError(f"{config.CAPTURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self.backward_needs = "stats" if mode == "stats" else "data"
+        if max_bytes is None:
+            max_bytes = os.environ.get(config.CAPTURE_MAX_BYTES_ENV) or DEFAULT_MAX_BYTES
+        self.max_bytes = config.parse_byte_size(max_bytes, config.CAPTURE_MAX_BYTES_ENV)
+        self.root = config.results_dir(results_dir) / "op_capture"
+        self.run_id = run_id or os.environ.get(config.RUN_ID_ENV) or time.strftime("%Y-%m-%d--%H-%M-%S")
+        self.verbose = config.verbose() if verbose is None else verbose
+        self.queue_bytes = queue_bytes
+        self.run_dir: Path | None = None
+        self.captured = 0
+        self.backward_cases = 0
+        self.bytes_queued = 0
+        self.bytes_written = 0
+        self.cases_written = 0
+        self.halted: str | None = None
+        self.queue_waits = 0  # times the training thread waited for the writer (the queue was full)
+        self._writer: CaseWriter | None = None
+        self._index: IO[str] | None = None
+        self._lock = threading.Lock()
+        self._op_dirs: set[Path] = set()
+        self._pending: dict[int, tuple[_CaseState, dict[str, Any], dict[str, torch.Tensor]]] = {}
+        self._pending_bytes = 0
+        self._pending_step = 0
+        self._versions = _versions()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def _choose_run_dir(self) -> Path:
+        rank = _rank()
+        base = self.root / self.run_id
+        run_dir = base / f"rank{rank}"
+        n = 2
+        while run_dir.exists() and any(run_dir.iterdir()):
+            run_dir = self.root / f"{self.run_id}-{n}" / f"rank{rank}"
+            n += 1
+        return run_dir
+
+    def on_start(self) -> None:
+        if self.run_dir is None:
+            self.run_dir = self._choose_run_dir()
+        self.halted = None
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            self._halt(f"cannot write to {self.run_dir} ({exc.strerror or exc})")
+            return
+        self._writer = CaseWriter(self.queue_bytes, threads=2)
+        print_line(f"OpCapture: capturing {'statistics' if self.mode == 'stats' else 'cases'} to {self.run_dir}")
+
+    def on_stop(self) -> None:
+        self._flush_pending()
+        if self._writer is not None:
+            self._writer.close()
+            self.queue_waits += self._writer.waits
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+            if self._writer.failure and not self.halted:
+                self.halted = f"writing failed: {self._writer.failure}"
+            self._writer = None
+            self._write_csv()
+        size = f"{self.bytes_written / 2**20:.1f} MiB"
+        print_line(f"OpCapture: {self.captured} calls captured ({self.backward_cases} with gradients), "
+                   f"{self.cases_written} cases written, {size}, in {self.run_dir}")
+
+    def flush(self) -> None:
+        """Write every case held for its backward pass now, and wait until all are on disk."""
+        self._flush_pending()
+        if self._writer is not None:
+            self._writer.flush()
+
+    def _halt(self, reason: str) -> None:
+        if self.halted is None:
+            self.halted = reason
+            print_line(f"OpCapture: {reason}; capturing stops, training goes on")
+
+    def _over_budget(self, nbytes: int) -> bool:
+        if self.bytes_queued + nbytes > self.max_bytes:
+            self._halt(f"byte budget {config.CAPTURE_MAX_BYTES_ENV}={self.max_bytes} reached after "
+                       f"{self.captured} calls")
+            return True
+        return False
+
+    # -- per call --------------------------------------------------------------------------------------
+    def before(self, call: OpCall) -> _CaseState | None:
+        if self.halted or self._writer is None:
+            return None
+        if self._pending and call.step != self._pending_step:
+            self._flush_pending()  # a new step: calls of earlier steps will not get their backward any more
+        enc = cf.Encoder("i", with_data=self.mode == "data")
+        args = enc.encode(list(call.args))
+        kwargs = {k: enc.encode(v) for k, v in call.kwargs.items()}
+        state = _CaseState(args, kwargs, enc.meta, enc.data, [enc.key_of(t) for t in call.inputs], enc.opaque)
+        if self.mode == "stats":  # inputs now: an in-place op changes them
+            state.stats = dict(zip(enc.tensors, device_stats(list(enc.tensors.values())), strict=True))
+        return state
+
+    def after(self, call: OpCall, state: _CaseState | None, output: Any) -> None:
+        if state is None or self._writer is None:
+            return
+        enc = cf.Encoder("o", with_data=self.mode == "data")
+        outputs = enc.encode(output)
+        state.output_keys = [enc.key_of(t) for t in call.outputs]
+        if self.mode == "stats":
+            state.stats.update(zip(enc.tensors, device_stats(list(enc.tensors.values())), strict=True))
+        data = {**(state.data or {}), **enc.data}
+        state.data = None
+        nbytes = _nbytes(data)
+        if self._over_budget(nbytes):
+            return
+        devices = [m["device"] for m in (*state.meta.values(), *enc.meta.values())]
+        state.device = next((d for d in devices if d.split(":")[0] == self.device_type), self.device_type)
+        record = {
+            "format": cf.FORMAT_NAME, "version": cf.FORMAT_VERSION, "op": call.name, "id": call.call_id,
+            "step": call.step, "rank": _rank(), "call_site": call.call_site, "device": state.device,
+            "inplace": call.inplace, "random": call.info.random, "mode": self.mode,
+            "args": state.args, "kwargs": state.kwargs, "outputs": outputs,
+            "tensors": {**state.meta, **enc.meta}, "opaque": state.opaque + enc.opaque,
+            "backward": None, "versions": self._versions,
+        }
+        state.args = state.kwargs = None
+        state.case_dir = self.run_dir / op_dir_name(call.name) / str(call.call_id)
+        self.bytes_queued += nbytes
+        self.captured += 1
+        if self.mode == "stats":
+            row = {"id": call.call_id, "op": call.name, "step": call.step, "phase": "forward",
+                   "call_site": record["call_site"], "device": state.device,
+                   "tensors": _stats_rows(record["tensors"], state.stats)}
+            state.stats = {}
+            self._write_stats(row)
+        elif call.backward_hooked:
+            # Hold the case until its backward pass, so that it is written once, gradients included.
+            self._pending[call.call_id] = (state, record, data)
+            self._pending_step = call.step
+            self._pending_bytes += nbytes
+            while self._pending_bytes > self.queue_bytes and self._pending:
+                self._write_pending(next(iter(self._pending)))
+        else:
+            self._submit(state, record, data, None)
+
+    def on_backward(self, call: OpCall, state: _CaseState | None, grad_inputs: dict[int, Any],
+                    grad_outputs: dict[int, Any]) -> None:
+        if state is None or state.case_dir is None or self.halted or self.run_dir is None:
+            return
+        data: dict[str, torch.Tensor] = {}
+        stats: dict[str, Any] = {}
+        section: dict[str, Any] = {"grad_inputs": {}, "grad_outputs": {}, "tensors": {}}
+        for grads, keys, field_name in ((grad_inputs, state.input_keys, "grad_inputs"),
+                                        (grad_outputs, state.output_keys, "grad_outputs")):
+            for index, grad in sorted(grads.items()):
+                key = keys[index] if index < len(keys) else None
+                if key is None:
+                    continue
+                gkey = f"g{key}"
+                if isinstance(grad, dict):  # statistics mode
+                    stats[gkey] = grad
+                    continue
+                if not isinstance(grad, torch.Tensor):
+                    continue
+                data[gkey] = cf.host_span(grad)
+                meta = cf.tensor_meta(grad)
+                meta["device"] = state.device
+                section["tensors"][gkey] = meta
+                section[field_name][key] = gkey
+        if self.mode == "stats":
+            if stats:
+                self.backward_cases += 1
+                row = {"id": call.call_id, "op": call.name, "step": call.step, "phase": "backward",
+                       "device": state.device, "tensors": stats}
+                self._write_stats(row)
+            state.case_dir = None
+            return
+        pending = self._pending.pop(call.call_id, None)
+        if pending is not None:
+            self._pending_bytes -= _nbytes(pending[2])
+        if not data or self._over_budget(_nbytes(data)):
+            if pending is not None:
+                self._submit(*pending, None)
+            return
+        self.bytes_queued += _nbytes(data)
+        self.backward_cases += 1
+        if pending is not None:
+            _, record, forward_data = pending
+            record["backward"] = section
+            self._submit(state, record, {**forward_data, **data}, None)
+        else:  # the forward part is already written (or being written): add the backward next to it
+            case_dir, written = state.case_dir, state.written
+            state.case_dir = None
+            job = lambda: self._write_backward(case_dir, section, data, written)  # noqa: E731
+            if self._writer is not None:
+                self._writer.submit(job, _nbytes(data))
+            else:  # the backward pass ran after stop(): write it here
+                try:
+                    job()
+                except OSError as exc:
+                    self._halt(f"writing the backward of {case_dir} failed ({exc.strerror or exc})")
+
+    def _submit(self, state: _CaseState, record: dict[str, Any], data: dict[str, torch.Tensor],
+                written: threading.Event | None) -> None:
+        case_dir = state.case_dir
+        if not self._writer.submit(lambda: self._write_case(case_dir, record, data, written), _nbytes(data)):
+            self._halt(f"writing failed: {self._writer.failure}")
+        if record["backward"] is not None:
+            state.case_dir = None  # complete: later backward passes (retain_graph) are not recorded
+
+    def _write_pending(self, call_id: int) -> None:
+        state, record, data = self._pending.pop(call_id)
+        self._pending_bytes -= _nbytes(data)
+        state.written = threading.Event()
+        self._submit(state, record, data, state.written)
+
+    def _flush_pending(self) -> None:
+        for call_id in list(self._pending):
+            self._write_pending(call_id)
+
+    # -- writer threads --------------------------------------------------------------------------------
+    def _write_stats(self, row: dict[str, Any]) -> None:
+        """Append a statistics row (on the calling thread: rows are small and the file is buffered)."""
+        text = json.dumps(row, allow_nan=False) + "\n"
+        with self._lock:
+            try:
+                if self._index is None:
+                    self._index = open(self.run_dir / "stats.jsonl", "a", encoding="utf-8",  # noqa: SIM115
+                                       buffering=1 << 20)
+                self._index.write(text)
+                if not self.opened:  # a backward pass after stop(): do not leave the file open
+                    self._index.close()
+                    self._index = None
+            except OSError as exc:
+                self._halt(f"writing {self.run_dir / 'stats.jsonl'} failed ({exc.strerror or exc})")
+                return
+            self.bytes_written += len(text)
+            self.cases_written += row["phase"] == "forward"
+
+    def _make_case_dir(self, case_dir: Path) -> None:
+        op_dir = case_dir.parent
+        if op_dir not in self._op_dirs:
+            op_dir.mkdir(parents=True, exist_ok=True)
+            self._op_dirs.add(op_dir)
+        case_dir.mkdir(exist_ok=True)
+
+    def _write_case(self, case_dir: Path, record: dict[str, Any], data: dict[str, torch.Tensor],
+                    written_event: threading.Event | None) -> None:
+        try:
+            self._make_case_dir(case_dir)
+            written = 0
+            backward = record["backward"]
+            if self.mode == "data":
+                written += cf.write_tensors(case_dir / cf.TENSORS_FILE, data)
+            written += cf.write_json(case_dir / cf.CASE_FILE, record)
+        finally:
+            if written_event is not None:
+                written_event.set()
+        row = {"id": record["id"], "op": record["op"], "step": record["step"],
+               "dir": str(case_dir.relative_to(self.run_dir)), "call_site": record["call_site"],
+               "inputs": [m["shape"] for k, m in record["tensors"].items() if k.startswith("i")],
+               "dtypes": sorted({m["dtype"] for m in record["tensors"].values()}),
+               "backward": backward is not None, "bytes": written}
+        with self._lock:
+            self.bytes_written += written
+            self.cases_written += 1
+            if self._index is None:
+                self._index = open(self.run_dir / "cases.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._index.write(json.dumps(row) + "\n")
+        if self.verbose:
+            print_line(f"OpCapture: {case_dir} saved")
+
+    def _write_backward(self, case_dir: Path, section: dict[str, Any], data: dict[str, torch.Tensor],
+                        forward_written: threading.Event | None) -> None:
+        if forward_written is not None:
+            forward_written.wait()
+        case_file = case_dir / cf.CASE_FILE
+        if not case_file.is_file():
+            return  # the forward part failed to write; the failure is reported once
+        record = json.loads(case_file.read_text(encoding="utf-8"))
+        written = 0
+        if data:
+            written += cf.write_tensors(case_dir / cf.BACKWARD_FILE, data)
+        record["backward"] = section
+        written += cf.write_json(case_file, record)
+        with self._lock:
+            self.bytes_written += written
+
+    def _write_csv(self) -> None:
+        """The run's table as CSV, from the JSONL the writer appended to (one row per case, or in statistics
+        mode one row per tensor)."""
+        if self.run_dir is None:
+            return
+        stats = self.mode == "stats"
+        index = self.run_dir / ("stats.jsonl" if stats else "cases.jsonl")
+        if not index.is_file():
+            return
+        try:
+            rows = [json.loads(line) for line in index.read_text(encoding="utf-8").splitlines() if line.strip()]
+            if stats:
+                fields = ["id", "op", "step", "phase", "tensor", "shape", "dtype", "numel", "min", "max", "mean",
+                          "std", "norm", "nan", "inf"]
+                table = [{"id": r["id"], "op": r["op"], "step": r["step"], "phase": r["phase"], "tensor": key,
+                          **{k: v for k, v in t.items() if k in fields}, "shape": json.dumps(t["shape"])}
+                         for r in rows for key, t in r["tensors"].items()]
+            else:
+                fields = ["id", "op", "step", "dir", "call_site", "inputs", "dtypes", "backward", "bytes"]
+                table = [{**r, "inputs": json.dumps(r["inputs"]), "dtypes": " ".join(r["dtypes"])} for r in rows]
+            with open(index.with_suffix(".csv"), "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(table)
+        except (OSError, ValueError, KeyError) as exc:
+            print_line(f"OpCapture: could not write {index.with_suffix('.csv')} ({exc})")

@@ -1,0 +1,158 @@
+"""What an intercepted function is called and what kind of call it is.
+
+Names are the seeds': ``torch.Tensor.add``, ``torch.nn.functional.linear``, ``torch.cat``. Attribute
+access (``torch.Tensor.shape.__get__``), printing, autograd entry points and metadata queries are not
+operators: the tools never act on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.overrides import resolve_name
+
+__all__ = ["FunctionInfo", "function_info", "is_inplace_name", "is_random_name", "resolve_function"]
+
+# Calls that move no data through an operator; never intercepted.
+_NON_OPS = {
+    "backward", "register_hook", "register_post_accumulate_grad_hook", "retain_grad", "requires_grad_",
+    "__repr__", "__str__", "__format__", "__hash__", "__len__", "__bool__", "__iter__", "__reversed__",
+    "__contains__", "__reduce_ex__", "__reduce__", "__deepcopy__", "__getstate__", "__setstate__",
+    "__array__", "__array_wrap__", "__dlpack__", "__dlpack_device__", "__dir__", "__sizeof__",
+    "__torch_function__", "__torch_dispatch__", "_make_subclass",
+    "dim", "ndimension", "size", "stride", "numel", "nelement", "storage_offset", "element_size",
+    "is_contiguous", "is_complex", "is_floating_point", "is_signed", "is_inference", "is_set_to",
+    "is_shared", "is_pinned", "is_nonzero", "data_ptr", "untyped_storage", "storage", "_typed_storage",
+    "get_device", "has_names", "is_coalesced", "_is_view", "share_memory_", "numpy", "tolist",
+    "_version", "is_same_size", "_base", "_grad_fn",
+}
+_NON_OP_FUNCTIONS = {
+    "torch.autograd.backward", "torch.autograd.grad", "torch.is_tensor", "torch.is_storage",
+    "torch.numel", "torch.is_complex", "torch.is_floating_point", "torch.is_nonzero", "torch.is_grad_enabled",
+    "torch.is_inference_mode_enabled", "torch.get_default_dtype", "torch.result_type", "torch.can_cast",
+    "torch.promote_types",
+}
+_INPLACE_DUNDERS = {
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__",
+    "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__", "__setitem__", "__idiv__",
+}
+_RANDOM = re.compile(
+    r"(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli_?|multinomial|normal_?|"
+    r"uniform_|exponential_|geometric_|cauchy_|log_normal_|random_|poisson|rrelu_?|gumbel_softmax|"
+    r"\w*dropout\w*|native_dropout)"
+)
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """What the engine knows about one intercepted function."""
+
+    name: str
+    is_op: bool
+    inplace: bool
+    random: bool
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def is_inplace_name(name: str) -> bool:
+    """``add_``, ``__iadd__``, ``__setitem__``: calls that write into an argument by their name."""
+    short = _short(name)
+    return short in _INPLACE_DUNDERS or (short.endswith("_") and not short.endswith("__"))
+
+
+def is_random_name(name: str) -> bool:
+    """Ops whose result depends on a random generator (dropout, rand*, normal_, ...) and ``torch.nn.init``."""
+    return name.startswith("torch.nn.init.") or bool(_RANDOM.fullmatch(_short(name)))
+
+
+def _raw_name(func: Callable[..., Any]) -> str:
+    name = resolve_name(func)
+    if name:
+        return name
+    owner = getattr(func, "__self__", None)
+    short = getattr(func, "__name__", None) or repr(func)
+    if owner is torch._C._VariableFunctions or owner is torch:
+        return f"torch.{short}"
+    if owner is torch._C._nn:
+        return f"torch._C._nn.{short}"
+    module = getattr(func, "__module__", None) or ""
+    qualname = getattr(func, "__qualname__", short)
+    if qualname.startswith("_VariableFunctionsClass."):
+        return f"torch.{short}"
+    return f"{module}.{qualname}" if module else qualname
+
+
+_CACHE: dict[Any, FunctionInfo] = {}
+
+
+def function_info(func: Callable[..., Any]) -> FunctionInfo:
+    """Name and kind of ``func``, cached."""
+    try:
+        return _CACHE[func]
+    except (KeyError, TypeError):
+        pass
+    name = _raw_name(func)
+    short = _short(name)
+    is_op = not (
+        short in _NON_OPS
+        or name in _NON_OP_FUNCTIONS
+        or short in ("__get__", "__set__", "__delete__")
+        or name.startswith(("torch._C.", "profiler.", "torch.autograd.profiler", "torch._ops."))
+        or "._record_function" in name
+        or short.startswith("_set_")
+    )
+    info = FunctionInfo(name, is_op, is_inplace_name(name), is_random_name(name))
+    with contextlib.suppress(TypeError):  # unhashable callables are rare; they are classified every time
+        _CACHE[func] = info
+    return info
+
+
+def _import_dotted(name: str) -> Callable[..., Any]:
+    import importlib
+
+    parts = name.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        try:
+            for attr in parts[split:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        if callable(obj):
+            return obj
+        break
+    raise LookupError(f"cannot find the function {name!r}")
+
+
+def resolve_function(name: str, allowed_modules: tuple[str, ...] | list[str] = ()) -> Callable[..., Any]:
+    """The callable an op name refers to, for replay.
+
+    Replay calls what a case names, so only operators are resolved: functions of PyTorch's API that the
+    tools intercept under that very name (``torch.Tensor.add``, ``torch.nn.functional.linear``,
+    ``torch._foreach_add_``; not ``torch.load`` or ``torch.hub.load``), and functions in
+    ``allowed_modules`` (packages whose functions were captured with :func:`op_tools.apply_feature`).
+    Anything else raises :class:`LookupError`.
+    """
+    if name.startswith("torch."):
+        func = _import_dotted(name)
+        info = function_info(func)
+        if info.name != name or not info.is_op:
+            raise LookupError(f"{name!r} is not an operator of PyTorch's API; replay only calls operators")
+        return func
+    if not any(name == m or name.startswith(m + ".") for m in allowed_modules):
+        top = name.split(".", 1)[0]
+        raise LookupError(f"{name!r} is outside torch; replay calls only torch operators unless the module is "
+                          f"allowed (--allow_module {top})")
+    return _import_dotted(name)

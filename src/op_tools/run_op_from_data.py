@@ -1,0 +1,171 @@
+"""``python -m op_tools.run_op_from_data DIR [options]`` (also ``ditorch replay``): replay captured cases.
+
+Prints a progress bar while it works and a summary table at the end; writes ``results.jsonl`` and
+``results.csv`` under ``<results>/op_replay/<run>/``. Exits 1 if any case failed or could not be
+replayed, 2 on bad arguments or when DIR holds no case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from op_tools import config
+from op_tools.replay import CaseResult, ReplayOptions, find_cases, replay_case
+
+__all__ = ["add_arguments", "main", "run"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _flag(text: str | None) -> bool:
+    # The seeds wrote `--only_run_forward True`; accept that form as well as the bare flag.
+    if text is None:
+        return True
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The replay options (shared by ``python -m op_tools.run_op_from_data`` and ``ditorch replay``)."""
+    parser.add_argument("path", metavar="DIR", help="a case directory, or a folder searched recursively for cases")
+    parser.add_argument("--acc_check", nargs="?", const=None, default=False, type=_flag,
+                        help="judge the device result against the CPU (and float64) instead of the captured output")
+    parser.add_argument("--run_times", type=_positive_int, default=1, help="runs per case (default 1)")
+    parser.add_argument("--only_run_forward", nargs="?", const=None, default=False, type=_flag,
+                        help="skip the backward pass")
+    parser.add_argument("--sync_time_measure", nargs="?", const=None, default=False, type=_flag,
+                        help="synchronize the device around each timed run and print every timing")
+    parser.add_argument("--device", default=None,
+                        help="device to replay on (default: the captured device if present, else the best one)")
+    parser.add_argument("--allow_module", action="append", default=[], metavar="MODULE",
+                        help="also call functions of MODULE (cases of op_tools.apply_feature); replay calls only "
+                             "torch operators otherwise (repeatable)")
+    parser.add_argument("--verbose", action="store_true", help="one table row per case, not only the failures")
+    parser.add_argument("--results_dir", default=None,
+                        help=f"where results go (default ${config.RESULTS_DIR_ENV} or ./op_tools_results)")
+
+
+def _normalize(args: argparse.Namespace) -> ReplayOptions:
+    flags = {}
+    for name in ("acc_check", "only_run_forward", "sync_time_measure"):
+        value = getattr(args, name)
+        flags[name] = True if value is None else bool(value)
+    return ReplayOptions(device=args.device, run_times=args.run_times, allow_modules=tuple(args.allow_module),
+                         **flags)
+
+
+def _write_results(results: list[CaseResult], results_dir: str | None) -> Path:
+    out_dir = config.results_dir(results_dir) / "op_replay" / time.strftime("%Y-%m-%d--%H-%M-%S")
+    n = 2
+    base = out_dir
+    while out_dir.exists():
+        out_dir = Path(f"{base}-{n}")
+        n += 1
+    out_dir.mkdir(parents=True)
+    rows = [r.as_row() for r in results]
+    (out_dir / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    with open(out_dir / "results.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["path"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return out_dir
+
+
+def _table(results: list[CaseResult], verbose: bool, root: Path):
+    from rich.table import Table
+
+    table = Table(title="replay", title_justify="left")
+    for column in ("case", "op", "status", "forward", "backward", "bitwise", "max abs err", "fwd ms", "bwd ms",
+                   "message"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        if not verbose and r.status in ("PASS",):
+            continue
+        try:
+            case = str(Path(r.path).relative_to(root))
+        except ValueError:
+            case = r.path
+        bits = [b for b in (r.bitwise_forward, r.bitwise_backward) if b is not None]
+        bitwise = "-" if not bits else ("yes" if all(bits) else "no")
+        fwd, bwd = r.as_row()["forward_ms"], r.as_row()["backward_ms"]
+        table.add_row(case or ".", r.op, r.status, r.forward, r.backward, bitwise, f"{r.max_abs_error:.3g}",
+                      "-" if fwd is None else f"{fwd:.3f}", "-" if bwd is None else f"{bwd:.3f}", r.message)
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay the cases ``args`` names; the process exit status."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console = Console(stderr=True, width=200)
+    options = _normalize(args)
+    root = Path(args.path)
+    try:
+        cases = find_cases(root)
+    except FileNotFoundError as exc:
+        console.print(f"replay: {exc}")
+        return 2
+    if not cases:
+        console.print(f"replay: no cases under {root} (a case is a folder with case.json)")
+        return 2
+
+    show_times = options.sync_time_measure or options.run_times > 1
+
+    def on_time(op: str, phase: str, ms: float) -> None:
+        if show_times:
+            console.print(f"SyncExecuteTimer: {op} {phase} elapsed {ms:.8f} ms" if options.sync_time_measure
+                          else f"ExecuteTimer: {op} {phase} elapsed {ms:.8f} ms", highlight=False)
+
+    results: list[CaseResult] = []
+    with Progress(console=console, transient=True, disable=show_times) as progress:
+        task = progress.add_task("replaying", total=len(cases))
+        for path in cases:
+            results.append(replay_case(path, options, on_time))
+            progress.advance(task)
+    counts = Counter(r.status for r in results)
+    if args.verbose or any(r.status != "PASS" for r in results):
+        console.print(_table(results, args.verbose, root if root.is_dir() else root.parent))
+    out_dir = _write_results(results, args.results_dir)
+    bits = [b for r in results for b in (r.bitwise_forward, r.bitwise_backward) if b is not None]
+    summary = ", ".join(f"{counts[s]} {s.lower()}" for s in ("PASS", "FAIL", "ERROR", "SKIP") if counts[s])
+    console.print(f"replay: {len(results)} cases: {summary}; bitwise equal {sum(bits)}/{len(bits)} results; "
+                  f"table in {out_dir}", highlight=False)
+    return 1 if counts["FAIL"] or counts["ERROR"] else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m op_tools.run_op_from_data",
+                                     description="Replay captured op cases on a device and compare the results.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        import ditorch  # noqa: F401  (a command line: make the vendor device usable, as `ditorch replay` does)
+    except Exception as exc:  # replay on the CPU still works without an adapter
+        print(f"replay: ditorch could not be imported ({exc}); replaying without it", file=sys.stderr)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

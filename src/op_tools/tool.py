@@ -1,0 +1,129 @@
+"""The base of every op tool: lists, steps, device, start/stop and the context manager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from op_tools import config
+from op_tools.engine import OpCall, engine
+from op_tools.op_filter import OpFilter
+from op_tools.steps import StepRange, current_step, install_optimizer_hook
+
+__all__ = ["OpTool", "active_device_type"]
+
+
+def active_device_type(explicit: str | torch.device | None = None) -> str:
+    """The device a tool watches: the keyword, else ``OP_TOOLS_DEVICE``, else PyTorch's current accelerator
+    (``torch.accelerator``), else the CPU."""
+    import os
+
+    value = explicit if explicit is not None else os.environ.get(config.DEVICE_ENV) or None
+    if value is not None:
+        try:
+            return torch.device(value).type
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"{config.DEVICE_ENV} / device={value!r} is not a device: {exc}") from None
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return accelerator.type if accelerator is not None else "cpu"
+
+
+class OpTool:
+    """A tool applied to the operator calls made while it is active.
+
+    Subclasses set :attr:`env_prefix` (``OP_CAPTURE`` reads ``OP_CAPTURE_LIST`` and
+    ``OP_CAPTURE_DISABLE_LIST``) and override :meth:`before`, :meth:`after` and, with
+    :attr:`wants_backward`, :meth:`on_backward`. Use as a context manager or with :meth:`start` /
+    :meth:`stop`; tools nest.
+
+    Keywords: ``ops`` / ``disable_ops`` (comma-separated or a list; whole-name regular expressions; the
+    disable list wins; ``ops=""`` means none), ``device`` (which device's calls to act on), ``steps``
+    (``"2-4"``, ``"5-"``; steps are counted by ``optimizer.step()`` and :func:`op_tools.next_step`).
+    """
+
+    env_prefix = "OP_TOOL"
+    steps_env: str | None = None
+    wants_backward = False
+    backward_needs = "meta"  # what on_backward gets per gradient: "meta", "stats" or "data" (host copies)
+
+    def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
+                 device: str | torch.device | None = None, steps: Any = None) -> None:
+        import os
+
+        self.filter = OpFilter(self.env_prefix, ops, disable_ops)
+        self.device_type = active_device_type(device)
+        if steps is None and self.steps_env:
+            steps = os.environ.get(self.steps_env) or None
+        self.steps = StepRange(steps, source=self.steps_env or "steps")
+        self.active = False
+        self.opened = False
+        install_optimizer_hook()
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Prepare output (files, threads) without intercepting anything; :func:`op_tools.apply_feature`
+        uses this."""
+        if not self.opened:
+            self.on_start()
+            self.opened = True
+
+    def close(self) -> None:
+        """Finish output (the counterpart of :meth:`open`)."""
+        if self.opened and not self.active:
+            self.opened = False
+            self.on_stop()
+
+    def start(self) -> OpTool:
+        """Begin acting on every torch call (idempotent)."""
+        if not self.active:
+            self.open()
+            self.active = True
+            engine.activate(self)
+        return self
+
+    def stop(self) -> None:
+        """Stop acting on calls and finish pending output (idempotent)."""
+        if self.active:
+            engine.deactivate(self)
+            self.active = False
+            self.close()
+
+    end = stop  # the seeds' name
+
+    def __enter__(self) -> OpTool:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- decisions -------------------------------------------------------------------------------------
+    def acts_on(self, name: str) -> bool:
+        """Whether this tool acts on a call of ``name`` now (lists and step range; device is checked by the
+        engine)."""
+        if not self.steps.unbounded and current_step() not in self.steps:
+            return False
+        return self.filter(name)
+
+    # -- hooks for subclasses --------------------------------------------------------------------------
+    def on_start(self) -> None:
+        """Called by :meth:`start`."""
+
+    def on_stop(self) -> None:
+        """Called by :meth:`stop`."""
+
+    def before(self, call: OpCall) -> Any:
+        """Before the call runs; the return value is handed to :meth:`after` and :meth:`on_backward`."""
+        return None
+
+    def after(self, call: OpCall, state: Any, output: Any) -> None:
+        """After the call returned ``output``."""
+
+    def on_backward(self, call: OpCall, state: Any, grad_inputs: dict[int, Any], grad_outputs: dict[int, Any]) -> None:
+        """After the backward pass that reached this call: gradients by input and output index (host copies
+        with ``backward_needs == "data"``, statistics dicts with ``"stats"``, else
+        :class:`~op_tools.autograd_hooks.GradMeta`)."""

@@ -1,0 +1,215 @@
+"""OpCapture: the case format, layouts, in-place ops, statistics, budget, steps and write failures."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+import op_tools
+import torch_dipu  # noqa: F401  (registers the dipu device)
+from diopi import case_format as cf
+from op_tools.replay import ReplayOptions, replay_case, replay_dir
+
+
+def case_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("case.json"))
+
+
+def records(root: Path) -> dict[str, dict]:
+    return {str(d.relative_to(root)): json.loads((d / "case.json").read_text()) for d in case_dirs(root)}
+
+
+def test_a_case_is_json_and_safetensors_with_every_field(tmp_path: Path) -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="r", device="cpu") as cap:
+        y = (x * 2).sum()  # the captured line
+        y.backward()
+    assert cap.run_dir == tmp_path / "op_capture" / "r" / "rank0"
+    assert cap.captured == 2 and cap.cases_written == 2 and cap.backward_cases == 2
+    (mul,) = [r for r in records(cap.run_dir).values() if r["op"] == "torch.Tensor.mul"]
+    assert mul["format"] == "ditorch-case" and mul["version"] == 1 and mul["op"] == "torch.Tensor.mul"
+    assert mul["args"] == [{"tensor": "i0"}, 2] and mul["kwargs"] == {} and mul["outputs"] == {"tensor": "o0"}
+    assert mul["tensors"]["i0"] == {"dtype": "float32", "shape": [3, 4], "stride": [4, 1], "storage_offset": 0,
+                                    "device": "cpu", "requires_grad": True}
+    assert "# the captured line" in mul["call_site"] and mul["call_site"].startswith(__file__)
+    assert mul["step"] >= 1 and mul["rank"] == 0 and mul["versions"]["torch"] == torch.__version__
+    assert mul["backward"]["grad_inputs"] == {"i0": "gi0"} and mul["backward"]["grad_outputs"] == {"o0": "go0"}
+    case_dir = cap.run_dir / "torch.Tensor.mul" / str(mul["id"])
+    with safe_open(case_dir / "tensors.safetensors", framework="pt") as f:
+        assert set(f.keys()) == {"i0", "o0", "gi0", "go0"}
+        torch.testing.assert_close(f.get_tensor("i0").view(3, 4), x.detach(), rtol=0, atol=0)
+        torch.testing.assert_close(f.get_tensor("gi0"), torch.full((12,), 2.0), rtol=0, atol=0)
+    assert not list(tmp_path.rglob("*.pth")) and not list(tmp_path.rglob("*.pkl"))
+    index = [json.loads(line) for line in (cap.run_dir / "cases.jsonl").read_text().splitlines()]
+    assert len(index) == cap.captured and (cap.run_dir / "cases.csv").read_text().count("\n") == cap.captured + 1
+
+
+def test_non_contiguous_inputs_keep_their_strides_and_offset(tmp_path: Path) -> None:
+    base = torch.arange(48.0).reshape(6, 8)
+    view = base[1:, ::2].t()  # strides (2, 8), storage offset 8
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="r", device="cpu", ops="torch.Tensor.exp") as cap:
+        view.exp()
+    (case_dir,) = case_dirs(cap.run_dir)
+    loaded = cf.load_case(case_dir)
+    meta = loaded.record["tensors"]["i0"]
+    assert (meta["shape"], meta["stride"], meta["storage_offset"]) == ([4, 5], [2, 8], 8)
+    rebuilt = cf.rebuild_tensor(meta, loaded.data["i0"], "dipu")
+    assert rebuilt.stride() == (2, 8) and rebuilt.storage_offset() == 8 and not rebuilt.is_contiguous()
+    assert torch.equal(rebuilt.cpu(), view)
+    result = replay_case(case_dir, ReplayOptions(device="cpu"))
+    assert result.status == "PASS" and result.bitwise_forward
+
+
+def test_inplace_ops_keep_their_inputs_from_before_the_call(tmp_path: Path) -> None:
+    x = torch.ones(4, requires_grad=True)
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="r", device="cpu", ops="torch.Tensor.mul_") as cap:
+        y = x * 1.0
+        y.mul_(3)
+    y.sum().backward()
+    (case_dir,) = case_dirs(cap.run_dir)
+    loaded = cf.load_case(case_dir)
+    assert loaded.record["inplace"]
+    assert torch.equal(loaded.data["i0"], torch.ones(4)) and torch.equal(loaded.data["o0"], torch.full((4,), 3.0))
+    assert (case_dir / "backward.safetensors").is_file()  # the backward ran after stop(): written next to it
+    for _ in range(2):  # fresh inputs for every run
+        result = replay_case(case_dir, ReplayOptions(run_times=3))
+        assert result.status == "PASS" and result.bitwise_forward and result.bitwise_backward
+
+
+def test_stats_mode_writes_statistics_and_no_data(tmp_path: Path) -> None:
+    x = torch.tensor([[1.0, 2.0], [3.0, float("nan")]], device="dipu", requires_grad=True)
+    w = torch.arange(4.0, device="dipu").reshape(2, 2).requires_grad_()
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="s", mode="stats") as cap:
+        y = w * 2.0
+        z = (y * x).sum()
+    z.backward()
+    assert not list(tmp_path.rglob("*.safetensors"))
+    rows = [json.loads(line) for line in (cap.run_dir / "stats.jsonl").read_text().splitlines()]
+    forward = {r["op"]: r for r in rows if r["phase"] == "forward"}
+    first_mul = next(r for r in rows if r["op"] == "torch.Tensor.mul" and r["phase"] == "forward")
+    w_stats = first_mul["tensors"]["i0"]
+    assert w_stats["min"] == 0.0 and w_stats["max"] == 3.0 and w_stats["mean"] == pytest.approx(1.5)
+    assert w_stats["std"] == pytest.approx(float(torch.arange(4.0).std()))
+    assert w_stats["norm"] == pytest.approx(float(torch.arange(4.0).norm())) and w_stats["nan"] == 0
+    second_mul = [r for r in rows if r["op"] == "torch.Tensor.mul" and r["phase"] == "forward"][1]
+    x_stats = second_mul["tensors"]["i1"]
+    assert x_stats["nan"] == 1 and x_stats["min"] == 1.0 and x_stats["max"] == 3.0 and x_stats["mean"] == 2.0
+    assert "torch.Tensor.sum" in forward
+    backward = [r for r in rows if r["phase"] == "backward"]
+    assert len(backward) == cap.backward_cases == 3
+    sum_bw = next(r for r in backward if r["op"] == "torch.Tensor.sum")
+    assert sum_bw["tensors"]["gi0"]["min"] == sum_bw["tensors"]["gi0"]["max"] == 1.0
+    csv_lines = (cap.run_dir / "stats.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("id,op,step,phase,tensor,shape,dtype") and len(csv_lines) > len(rows)
+    assert replay_dir(cap.run_dir) is not None and not case_dirs(cap.run_dir)
+
+
+def test_byte_budget_stops_capturing_and_training_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    x = torch.ones(1000)  # 4000 bytes a tensor
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="b", device="cpu", max_bytes="20000") as cap:
+        results = [x + i for i in range(10)]
+    assert all(torch.equal(r, x + i) for i, r in enumerate(results))
+    assert cap.captured == 2 and cap.halted and "byte budget" in cap.halted
+    assert len(case_dirs(cap.run_dir)) == cap.captured
+    err = capsys.readouterr().err
+    assert err.count("byte budget OP_CAPTURE_MAX_BYTES=20000 reached") == 1
+    assert len(err.strip().splitlines()) == 3  # start, budget, summary
+
+
+def test_env_switches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OP_CAPTURE_LIST", "torch.Tensor.(mul|add)")
+    monkeypatch.setenv("OP_CAPTURE_DISABLE_LIST", "torch.Tensor.add")
+    monkeypatch.setenv("OP_TOOLS_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("OP_TOOLS_RUN_ID", "env")
+    monkeypatch.setenv("OP_TOOLS_DEVICE", "cpu")
+    x = torch.ones(3)
+    with op_tools.OpCapture() as cap:
+        x + 1
+        x * 2
+        x - 1
+    assert cap.run_dir == tmp_path / "op_capture" / "env" / "rank0"
+    assert [r["op"] for r in records(cap.run_dir).values()] == ["torch.Tensor.mul"]
+    monkeypatch.setenv("OP_CAPTURE_MODE", "everything")
+    with pytest.raises(ValueError, match="OP_CAPTURE_MODE"):
+        op_tools.OpCapture()
+    monkeypatch.setenv("OP_CAPTURE_MODE", "data")
+    monkeypatch.setenv("OP_CAPTURE_MAX_BYTES", "lots")
+    with pytest.raises(ValueError, match="OP_CAPTURE_MAX_BYTES"):
+        op_tools.OpCapture()
+
+
+def test_step_range_counts_optimizer_steps(tmp_path: Path) -> None:
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 4)
+    first = op_tools.current_step()  # steps are counted for the whole process
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="st", device="cpu", steps=f"{first + 1}-{first + 2}",
+                            ops="torch.nn.functional.linear") as cap:
+        for _ in range(4):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    steps = sorted(r["step"] for r in records(cap.run_dir).values())
+    assert steps == [first + 1, first + 2] and cap.captured == 2
+
+
+def test_an_unwritable_folder_stops_capturing_with_one_message(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the results folder should be")
+    x = torch.ones(3)
+    with op_tools.OpCapture(results_dir=blocker, device="cpu") as cap:
+        y = x + 1
+    assert torch.equal(y, x + 1) and cap.captured == 0 and "cannot write" in cap.halted
+    err = capsys.readouterr().err
+    assert err.count("cannot write to") == 1 and str(blocker) in err
+
+
+def test_a_full_disk_stops_capturing_with_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    def disk_full(path: Path, data: dict) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(cf, "write_tensors", disk_full)
+    x = torch.ones(3)
+    with op_tools.OpCapture(results_dir=tmp_path, device="cpu") as cap:
+        results = [x * i for i in range(50)]
+    assert all(torch.equal(r, x * i) for i, r in enumerate(results))
+    assert cap.cases_written == 0 and cap.halted and "No space left on device" in cap.halted
+    err = capsys.readouterr().err
+    assert err.count("No space left on device") <= 2  # the writer's warning, and the summary's reason
+    assert err.count("writing results failed") == 1
+
+
+def test_a_full_queue_makes_the_step_wait_and_nothing_is_dropped(tmp_path: Path) -> None:
+    x = torch.randn(256, 256)
+    with op_tools.OpCapture(results_dir=tmp_path, device="cpu", queue_bytes=1) as cap:
+        for i in range(40):
+            x = x * 1.0001 + i
+    assert cap.captured == 80 and cap.cases_written == 80 and len(case_dirs(cap.run_dir)) == 80
+    assert cap.queue_waits > 0
+
+
+def test_capture_on_dipu_replays_on_cpu_and_finds_a_faulty_kernel(tmp_path: Path) -> None:
+    from torch_dipu.vendors.droplet import switches
+
+    x = torch.randn(8, 16, device="dipu", requires_grad=True)
+    w = torch.randn(4, 16, device="dipu", requires_grad=True)
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="d", ops="torch.nn.functional.linear") as cap:
+        y = torch.nn.functional.linear(x, w)
+    y.sum().backward()
+    (case_dir,) = case_dirs(cap.run_dir)
+    assert cf.load_case(case_dir).record["device"] == "dipu:0"
+    same = replay_case(case_dir)
+    assert same.device == "dipu:0" and same.status == "PASS" and same.bitwise_forward and same.bitwise_backward
+    on_cpu = replay_case(case_dir, ReplayOptions(device="cpu"))
+    assert on_cpu.device == "cpu" and on_cpu.status == "PASS"
+    with switches(faults="mm:bias:0.5"):
+        faulty = replay_case(case_dir)
+    assert faulty.status == "FAIL" and faulty.forward == "FAIL" and not faulty.bitwise_forward
+    assert "outside" in faulty.message
