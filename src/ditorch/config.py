@@ -19,6 +19,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from diopi.env import env_flag
+
 PREFIX = "DITORCH_"
 
 #: Known switches and their one-line descriptions (``ditorch info`` prints the ones in force).
@@ -29,18 +31,6 @@ SWITCHES: dict[str, str] = {
     "DITORCH_SHOW_DEVICE_AS_CUDA": "tensor.device reads as cuda",
     "DITORCH_DTYPE_CAST": "cast dtypes the device lacks instead of raising",
 }
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name)
-    if raw is None:
-        return False
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (use 1 or 0)")
 
 
 @dataclass(frozen=True)
@@ -59,9 +49,9 @@ class DitorchConfig:
         vendor = (env.get("DITORCH_VENDOR") or "").strip().lower() or None
         return cls(
             vendor=vendor,
-            quiet=_flag(env, "DITORCH_QUIET"),
-            disable_mock=_flag(env, "DITORCH_DISABLE_MOCK"),
-            show_device_as_cuda=_flag(env, "DITORCH_SHOW_DEVICE_AS_CUDA"),
+            quiet=env_flag("DITORCH_QUIET", env=env),
+            disable_mock=env_flag("DITORCH_DISABLE_MOCK", env=env),
+            show_device_as_cuda=env_flag("DITORCH_SHOW_DEVICE_AS_CUDA", env=env),
             dtype_cast=env.get("DITORCH_DTYPE_CAST"),
         )
 

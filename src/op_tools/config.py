@@ -9,6 +9,8 @@ import os
 import re
 from pathlib import Path
 
+from diopi.env import env_flag, split_list
+
 __all__ = [
     "env_flag",
     "op_list_from_env",
@@ -28,19 +30,6 @@ CAPTURE_STEPS_ENV = "OP_CAPTURE_STEPS"
 OBSERVE_FILE_ENV = "OP_OBSERVE_FILE"
 
 
-def env_flag(name: str, default: bool = False) -> bool:
-    """A boolean variable: 1/true/yes/on are true, 0/false/no/off/empty false; anything else an error."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (use 1 or 0)")
-
-
 def verbose() -> bool:
     """``OP_TOOLS_VERBOSE=1``: full tables instead of one line per finding."""
     return env_flag(VERBOSE_ENV)
@@ -50,8 +39,9 @@ def parse_list(value: str | list[str] | tuple[str, ...] | None) -> list[str] | N
     """A comma-separated list (or a sequence) of entries, whitespace trimmed; None stays None (= all)."""
     if value is None:
         return None
-    items = value.replace("\n", ",").split(",") if isinstance(value, str) else list(value)
-    return [str(item).strip() for item in items if str(item).strip()]
+    if isinstance(value, str):
+        return split_list(value)
+    return [str(item).strip() for item in value if str(item).strip()]
 
 
 def op_list_from_env(prefix: str) -> tuple[list[str] | None, list[str] | None]:

@@ -7,25 +7,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diopi.env import env_flag, split_list
+
 FALLBACK_CONFIG_FILE = ".dipu_force_fallback_op_list.config"
-
-
-def env_flag(name: str, default: bool = False) -> bool:
-    """Read a boolean environment variable: 1/true/yes/on are true, 0/false/no/off/empty are false."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (use 1 or 0)")
-
-
-def split_list(text: str) -> list[str]:
-    """Split a comma-separated list, trimming whitespace and dropping empty entries."""
-    return [item.strip() for item in text.replace("\n", ",").split(",") if item.strip()]
 
 
 def op_pattern_text(entry: str) -> str:
