@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +52,12 @@ TENSORS_FILE = "tensors.safetensors"
 BACKWARD_FILE = "backward.safetensors"
 
 # dtypes safetensors stores natively; others are stored as raw bytes (uint8) and viewed back.
-_NATIVE_DTYPES = {
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-    torch.int8, torch.uint8, torch.bool,
+# dtypes safetensors stores natively, with their names in its header; others are stored as raw bytes (U8)
+# and viewed back with the dtype recorded in case.json.
+_SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL",
 }
 
 
@@ -83,22 +89,30 @@ def storage_span(shape: tuple[int, ...] | torch.Size, stride: tuple[int, ...]) -
     return 1 + sum((size - 1) * st for size, st in zip(shape, stride, strict=True))
 
 
-def host_span(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous host copy of the storage elements ``t`` reaches (see :func:`storage_span`)."""
+def host_span(t: torch.Tensor, allocate: Callable[[int, torch.dtype], torch.Tensor] | None = None) -> torch.Tensor:
+    """A contiguous 1-D host copy of the storage elements ``t`` reaches (see :func:`storage_span`).
+
+    ``allocate(numel, dtype)``, if given, supplies the host buffer (a pool of reused buffers saves the page
+    faults of fresh allocations)."""
     if torch.is_grad_enabled():
         with torch.no_grad():
-            return host_span(t)
+            return host_span(t, allocate)
     if t.is_conj():
         t = t.resolve_conj()
     if t.is_neg():
         t = t.resolve_neg()
     numel = t.numel()
     if numel and t.is_contiguous():
-        # The span of a contiguous tensor is its elements: copy first, flatten on the host (no device op).
-        host = t.clone() if t.device.type == "cpu" else t.to("cpu")
-        return host.reshape(numel)
-    flat = t.as_strided((storage_span(t.shape, t.stride()),), (1,), t.storage_offset())
-    return flat.clone() if flat.device.type == "cpu" else flat.to("cpu")
+        source = t  # the span of a contiguous tensor is its elements
+    else:
+        numel = storage_span(t.shape, t.stride())
+        source = t.as_strided((numel,), (1,), t.storage_offset())
+    if allocate is not None:
+        buffer = allocate(numel, t.dtype)
+        buffer.view(source.shape).copy_(source)
+        return buffer
+    host = source.clone() if source.device.type == "cpu" else source.to("cpu")
+    return host.reshape(numel)
 
 
 @dataclass
@@ -112,6 +126,7 @@ class Encoder:
 
     prefix: str
     with_data: bool = True
+    allocate: Callable[[int, torch.dtype], torch.Tensor] | None = None
     meta: dict[str, dict[str, Any]] = field(default_factory=dict)
     data: dict[str, torch.Tensor] = field(default_factory=dict)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -175,7 +190,7 @@ class Encoder:
         self.meta[key] = tensor_meta(t)
         self.tensors[key] = t
         if self.with_data:
-            self.data[key] = host_span(t)
+            self.data[key] = host_span(t, self.allocate)
         return key
 
 
@@ -303,19 +318,40 @@ def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _storable(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype in _NATIVE_DTYPES:
-        return t.contiguous()
-    return t.contiguous().view(torch.uint8)
-
-
 def write_tensors(path: Path, data: dict[str, torch.Tensor]) -> int:
-    """Write host tensors to a safetensors file; returns bytes written. (Writers write ``case.json`` last: a
-    case directory without it is incomplete, and readers do not see it.)"""
-    from safetensors.torch import save_file
+    """Write host tensors to a safetensors file; returns bytes written.
 
-    save_file({k: _storable(v) for k, v in data.items()}, str(path), metadata={"format": FORMAT_NAME})
-    return path.stat().st_size
+    The file is the safetensors format exactly (an 8-byte little-endian header length, a JSON header padded
+    to 8 bytes, then the tensors' bytes back to back) and is read with the safetensors library. It is
+    written here, tensor by tensor from its memory, because the library's writer spends most of its time in
+    Python preparing buffers, which holds up the training thread while a capture writes in the background.
+    Writers write ``case.json`` last: a case directory without it is incomplete and readers do not see it.
+    """
+    header: dict[str, Any] = {"__metadata__": {"format": FORMAT_NAME}}
+    buffers = []
+    offset = 0
+    for key, t in data.items():
+        t = t.detach().contiguous()
+        kind = _SAFETENSORS_DTYPES.get(t.dtype)
+        if kind is None:  # stored as raw bytes
+            t, kind = t.reshape(-1).view(torch.uint8), "U8"
+        nbytes = t.numel() * t.element_size()
+        header[key] = {"dtype": kind, "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+        if nbytes:
+            buffers.append(t.reshape(-1).view(torch.uint8).numpy())
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(len(text) + 8) % 8)
+    # An existing file is replaced, not truncated: readers may still map it (safetensors loads lazily).
+    target = path.with_name(path.name + ".tmp") if path.exists() else path
+    with open(target, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for buffer in buffers:
+            f.write(buffer)
+    if target != path:
+        os.replace(target, path)
+    return 8 + len(text) + offset
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> int:

@@ -68,6 +68,7 @@ def _keep_data(grads: list[torch.Tensor]) -> list[Any]:
 
 
 def _keep_stats(grads: list[torch.Tensor]) -> list[Any]:
+    """Statistics of the gradients, reduced on their device (no copies are kept)."""
     from op_tools.tensor_stats import device_stats
 
     return [{"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."), **stats}

@@ -26,6 +26,7 @@ from diopi import case_format as cf
 from op_tools import config
 from op_tools.case_writer import CaseWriter
 from op_tools.engine import OpCall, print_line
+from op_tools.host_buffers import HostBufferPool
 from op_tools.tensor_stats import device_stats
 from op_tools.tool import OpTool
 
@@ -81,8 +82,12 @@ class _CaseState:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _stats_rows(meta: dict[str, dict[str, Any]], stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {key: {"shape": m["shape"], "dtype": m["dtype"], **stats[key]} for key, m in meta.items() if key in stats}
+def _device_stats(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+    """Statistics of ``tensors`` (reduced on their device), with shape and dtype, by key."""
+    if not tensors:
+        return {}
+    return {key: {"shape": list(t.shape), "dtype": cf.dtype_name(t.dtype), **values}
+            for (key, t), values in zip(tensors.items(), device_stats(list(tensors.values())), strict=True)}
 
 
 def _nbytes(data: dict[str, torch.Tensor]) -> int:
@@ -134,6 +139,7 @@ class OpCapture(OpTool):
         self._writer: CaseWriter | None = None
         self._index: IO[str] | None = None
         self._lock = threading.Lock()
+        self._pool = HostBufferPool(queue_bytes)
         self._op_dirs: set[Path] = set()
         self._pending: dict[int, tuple[_CaseState, dict[str, Any], dict[str, torch.Tensor]]] = {}
         self._pending_bytes = 0
@@ -177,6 +183,7 @@ class OpCapture(OpTool):
             if self._writer.failure and not self.halted:
                 self.halted = f"writing failed: {self._writer.failure}"
             self._writer = None
+            self._pool.clear()
             self._write_csv()
         size = f"{self.bytes_written / 2**20:.1f} MiB"
         print_line(f"OpCapture: {self.captured} calls captured ({self.backward_cases} with gradients), "
@@ -206,22 +213,22 @@ class OpCapture(OpTool):
             return None
         if self._pending and call.step != self._pending_step:
             self._flush_pending()  # a new step: calls of earlier steps will not get their backward any more
-        enc = cf.Encoder("i", with_data=self.mode == "data")
+        enc = cf.Encoder("i", with_data=self.mode == "data", allocate=self._pool.take)
         args = enc.encode(list(call.args))
         kwargs = {k: enc.encode(v) for k, v in call.kwargs.items()}
         state = _CaseState(args, kwargs, enc.meta, enc.data, [enc.key_of(t) for t in call.inputs], enc.opaque)
         if self.mode == "stats":  # inputs now: an in-place op changes them
-            state.stats = dict(zip(enc.tensors, device_stats(list(enc.tensors.values())), strict=True))
+            state.stats = _device_stats(enc.tensors)
         return state
 
     def after(self, call: OpCall, state: _CaseState | None, output: Any) -> None:
         if state is None or self._writer is None:
             return
-        enc = cf.Encoder("o", with_data=self.mode == "data")
+        enc = cf.Encoder("o", with_data=self.mode == "data", allocate=self._pool.take)
         outputs = enc.encode(output)
         state.output_keys = [enc.key_of(t) for t in call.outputs]
         if self.mode == "stats":
-            state.stats.update(zip(enc.tensors, device_stats(list(enc.tensors.values())), strict=True))
+            state.stats.update(_device_stats(enc.tensors))
         data = {**(state.data or {}), **enc.data}
         state.data = None
         nbytes = _nbytes(data)
@@ -243,9 +250,8 @@ class OpCapture(OpTool):
         self.captured += 1
         if self.mode == "stats":
             row = {"id": call.call_id, "op": call.name, "step": call.step, "phase": "forward",
-                   "call_site": record["call_site"], "device": state.device,
-                   "tensors": _stats_rows(record["tensors"], state.stats)}
-            state.stats = {}
+                   "call_site": record["call_site"], "device": state.device}
+            row["tensors"], state.stats = state.stats, {}
             self._write_stats(row)
         elif call.backward_hooked:
             # Hold the case until its backward pass, so that it is written once, gradients included.
@@ -273,10 +279,12 @@ class OpCapture(OpTool):
                 gkey = f"g{key}"
                 if isinstance(grad, dict):  # statistics mode
                     stats[gkey] = grad
+                    section[field_name][key] = gkey
                     continue
                 if not isinstance(grad, torch.Tensor):
                     continue
-                data[gkey] = cf.host_span(grad)
+                # already a host copy (the engine copies gradients in the hook)
+                data[gkey] = grad.reshape(-1) if grad.is_contiguous() else cf.host_span(grad)
                 meta = cf.tensor_meta(grad)
                 meta["device"] = state.device
                 section["tensors"][gkey] = meta
@@ -284,9 +292,8 @@ class OpCapture(OpTool):
         if self.mode == "stats":
             if stats:
                 self.backward_cases += 1
-                row = {"id": call.call_id, "op": call.name, "step": call.step, "phase": "backward",
-                       "device": state.device, "tensors": stats}
-                self._write_stats(row)
+                self._write_stats({"id": call.call_id, "op": call.name, "step": call.step, "phase": "backward",
+                                   "device": state.device, "tensors": stats})
             state.case_dir = None
             return
         pending = self._pending.pop(call.call_id, None)
@@ -370,6 +377,7 @@ class OpCapture(OpTool):
         finally:
             if written_event is not None:
                 written_event.set()
+            self._pool.give(list(data.values()))
         row = {"id": record["id"], "op": record["op"], "step": record["step"],
                "dir": str(case_dir.relative_to(self.run_dir)), "call_site": record["call_site"],
                "inputs": [m["shape"] for k, m in record["tensors"].items() if k.startswith("i")],

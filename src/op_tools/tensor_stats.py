@@ -1,9 +1,9 @@
 """Per-tensor statistics for ``OP_CAPTURE_MODE=stats``: min, max, mean, std, norm over the finite
 elements, and the NaN and Inf counts.
 
-Computed on the host with numpy by the capture's writer threads, in a few passes without temporary copies:
-min, max, the sum (accumulated in float64) and the sum of squares (a BLAS dot product in the tensor's
-precision); std follows from those two sums, so it loses precision when the spread is far below the mean.
+:func:`device_stats` reduces tensors where they are (the capture uses it: nothing is copied);
+:func:`tensor_stats` reduces a host tensor exactly, in float64 with numpy (tensors holding NaN or Inf, and
+integer, boolean and complex tensors, take that path).
 """
 
 from __future__ import annotations
