@@ -16,6 +16,7 @@ engine's own tensor work runs with torch functions modes disabled, so it is neve
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 import warnings
@@ -129,6 +130,14 @@ class _Engine:
         self.mode: _InterceptMode | None = None
         self._lock = threading.Lock()
         self.reported: set[tuple[str, str]] = set()
+        # Tools belong to the process that started them: a forked child (a DataLoader worker) has no writer
+        # threads and must not print or capture on their behalf.
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget_tools)
+
+    def _forget_tools(self) -> None:
+        self.tools = []
+        self._lock = threading.Lock()
 
     def activate(self, tool: OpTool) -> None:
         with self._lock:
@@ -197,10 +206,7 @@ def run_call(tools: list[OpTool], info: FunctionInfo, func: Callable[..., Any], 
             return out
         call = OpCall(info, args, kwargs, inputs, frame)
         call.outputs = outputs
-        states = _before(present, call)
-        _maybe_backward(states, call, None, seq0, seq1)
-        _after(states, call, out)
-        call.release()
+        _finish(_before(present, call), call, out, None, seq0, seq1)
         return out
     call = OpCall(info, args, kwargs, inputs, frame)
     states = _before(present, call)
@@ -211,9 +217,7 @@ def run_call(tools: list[OpTool], info: FunctionInfo, func: Callable[..., Any], 
     out = func(*args, **kwargs)
     seq1 = _sequence_nr()
     call.outputs = collect_tensors(out, [], set())
-    _maybe_backward(states, call, edges, seq0, seq1)
-    _after(states, call, out)
-    call.release()
+    _finish(states, call, out, edges, seq0, seq1)
     return out
 
 
@@ -228,29 +232,25 @@ def _before(tools: list[OpTool], call: OpCall) -> list[tuple[OpTool, Any]]:
     return states
 
 
-def _after(states: list[tuple[OpTool, Any]], call: OpCall, out: Any) -> None:
+def _finish(states: list[tuple[OpTool, Any]], call: OpCall, out: Any, edges: Any, seq0: int, seq1: int) -> None:
+    """Hook the call's backward (if a tool wants it and the call built graph nodes), then ``after``."""
     with internal():
+        if seq1 != seq0:
+            wanting = [(t, s) for t, s in states if t.wants_backward and s is not None]
+            if wanting:
+                try:
+                    if edges is None:
+                        edges = autograd_hooks.input_edges(call.inputs)
+                    call.backward_hooked = autograd_hooks.attach(call, wanting, edges, seq0, seq1) > 0
+                except Exception as exc:
+                    for tool, _ in wanting:
+                        engine.report(tool, call.name, "hooking the backward", exc)
         for tool, state in reversed(states):
             try:
                 tool.after(call, state, out)
             except Exception as exc:
                 engine.report(tool, call.name, "after the call", exc)
-
-
-def _maybe_backward(states: list[tuple[OpTool, Any]], call: OpCall, edges: Any, seq0: int, seq1: int) -> None:
-    if seq1 == seq0:
-        return
-    wanting = [(t, s) for t, s in states if t.wants_backward and s is not None]
-    if not wanting:
-        return
-    with internal():
-        try:
-            if edges is None:
-                edges = autograd_hooks.input_edges(call.inputs)
-            call.backward_hooked = autograd_hooks.attach(call, wanting, edges, seq0, seq1) > 0
-        except Exception as exc:
-            for tool, _ in wanting:
-                engine.report(tool, call.name, "hooking the backward", exc)
+    call.release()
 
 
 def print_line(text: str) -> None:

@@ -90,10 +90,31 @@ def _write_results(results: list[CaseResult], results_dir: str | None) -> Path:
     return out_dir
 
 
+def _summary(results: list[CaseResult]):
+    """One row per op: cases by status, bitwise-equal results, mean times."""
+    from rich.table import Table
+
+    by_op: dict[str, list[CaseResult]] = {}
+    for r in results:
+        by_op.setdefault(r.op, []).append(r)
+    table = Table(title="replay summary", title_justify="left")
+    for column in ("op", "cases", "pass", "fail", "error", "skip", "bitwise", "fwd ms", "bwd ms"):
+        table.add_column(column, justify="left" if column == "op" else "right")
+    for op, rows in sorted(by_op.items()):
+        counts = Counter(r.status for r in rows)
+        bits = [b for r in rows for b in (r.bitwise_forward, r.bitwise_backward) if b is not None]
+        fwd = [t for r in rows for t in r.forward_ms]
+        bwd = [t for r in rows for t in r.backward_ms]
+        table.add_row(op, str(len(rows)), *(str(counts[s] or "") for s in ("PASS", "FAIL", "ERROR", "SKIP")),
+                      f"{sum(bits)}/{len(bits)}" if bits else "-",
+                      f"{sum(fwd) / len(fwd):.3f}" if fwd else "-", f"{sum(bwd) / len(bwd):.3f}" if bwd else "-")
+    return table
+
+
 def _table(results: list[CaseResult], verbose: bool, root: Path):
     from rich.table import Table
 
-    table = Table(title="replay", title_justify="left")
+    table = Table(title="cases" if verbose else "cases that did not pass", title_justify="left")
     for column in ("case", "op", "status", "forward", "backward", "bitwise", "max abs err", "fwd ms", "bwd ms",
                    "message"):
         table.add_column(column, overflow="fold")
@@ -145,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
             results.append(replay_case(path, options, on_time))
             progress.advance(task)
     counts = Counter(r.status for r in results)
+    console.print(_summary(results))
     if args.verbose or any(r.status != "PASS" for r in results):
         console.print(_table(results, args.verbose, root if root.is_dir() else root.parent))
     out_dir = _write_results(results, args.results_dir)

@@ -205,3 +205,19 @@ def test_op_errors_propagate_unchanged() -> None:
     with Recorder(device="cpu") as rec, pytest.raises(RuntimeError, match="size of tensor a"):
         a + b
     assert rec.calls == []
+
+
+def test_a_forked_child_does_not_run_the_parents_tools(tmp_path) -> None:
+    """DataLoader workers are forked while a tool is active: they have no writer threads and must not
+    capture or print on the tool's behalf."""
+    import os
+
+    with Recorder(device="cpu") as rec:
+        pid = os.fork()
+        if pid == 0:  # the child
+            torch.ones(3) + 1
+            os._exit(0 if rec.calls == [] else 1)
+        _, status = os.waitpid(pid, 0)
+        torch.ones(3) * 2
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert names(rec) == ["torch.ones", "torch.Tensor.mul"]
