@@ -82,12 +82,12 @@ class _CaseState:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _device_stats(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+def _device_stats(keys: list[str], tensors: list[torch.Tensor]) -> dict[str, dict[str, Any]]:
     """Statistics of ``tensors`` (reduced on their device), with shape and dtype, by key."""
     if not tensors:
         return {}
     return {key: {"shape": list(t.shape), "dtype": cf.dtype_name(t.dtype), **values}
-            for (key, t), values in zip(tensors.items(), device_stats(list(tensors.values())), strict=True)}
+            for key, t, values in zip(keys, tensors, device_stats(tensors), strict=True)}
 
 
 def _nbytes(data: dict[str, torch.Tensor]) -> int:
@@ -145,10 +145,11 @@ class OpCapture(OpTool):
         self._pending_bytes = 0
         self._pending_step = 0
         self._versions = _versions()
+        self._rank = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def _choose_run_dir(self) -> Path:
-        rank = _rank()
+        rank = self._rank = _rank()
         base = self.root / self.run_id
         run_dir = base / f"rank{rank}"
         n = 2
@@ -213,22 +214,25 @@ class OpCapture(OpTool):
             return None
         if self._pending and call.step != self._pending_step:
             self._flush_pending()  # a new step: calls of earlier steps will not get their backward any more
-        enc = cf.Encoder("i", with_data=self.mode == "data", allocate=self._pool.take)
+        if self.mode == "stats":  # no case, only statistics: of the inputs now (an in-place op changes them)
+            keys = [f"i{j}" for j in range(len(call.inputs))]
+            state = _CaseState(None, None, {}, None, keys, [])
+            state.stats = _device_stats(keys, call.inputs)
+            return state
+        enc = cf.Encoder("i", allocate=self._pool.take)
         args = enc.encode(list(call.args))
         kwargs = {k: enc.encode(v) for k, v in call.kwargs.items()}
-        state = _CaseState(args, kwargs, enc.meta, enc.data, [enc.key_of(t) for t in call.inputs], enc.opaque)
-        if self.mode == "stats":  # inputs now: an in-place op changes them
-            state.stats = _device_stats(enc.tensors)
-        return state
+        return _CaseState(args, kwargs, enc.meta, enc.data, [enc.key_of(t) for t in call.inputs], enc.opaque)
 
     def after(self, call: OpCall, state: _CaseState | None, output: Any) -> None:
         if state is None or self._writer is None:
             return
-        enc = cf.Encoder("o", with_data=self.mode == "data", allocate=self._pool.take)
+        if self.mode == "stats":
+            self._after_stats(call, state)
+            return
+        enc = cf.Encoder("o", allocate=self._pool.take)
         outputs = enc.encode(output)
         state.output_keys = [enc.key_of(t) for t in call.outputs]
-        if self.mode == "stats":
-            state.stats.update(_device_stats(enc.tensors))
         data = {**(state.data or {}), **enc.data}
         state.data = None
         nbytes = _nbytes(data)
@@ -236,24 +240,19 @@ class OpCapture(OpTool):
             return
         devices = [m["device"] for m in (*state.meta.values(), *enc.meta.values())]
         state.device = next((d for d in devices if d.split(":")[0] == self.device_type), self.device_type)
+        state.case_dir = self.run_dir / op_dir_name(call.name) / str(call.call_id)
+        self.bytes_queued += nbytes
+        self.captured += 1
         record = {
             "format": cf.FORMAT_NAME, "version": cf.FORMAT_VERSION, "op": call.name, "id": call.call_id,
-            "step": call.step, "rank": _rank(), "call_site": call.call_site, "device": state.device,
+            "step": call.step, "rank": self._rank, "call_site": call.call_site, "device": state.device,
             "inplace": call.inplace, "random": call.info.random, "mode": self.mode,
             "args": state.args, "kwargs": state.kwargs, "outputs": outputs,
             "tensors": {**state.meta, **enc.meta}, "opaque": state.opaque + enc.opaque,
             "backward": None, "versions": self._versions,
         }
         state.args = state.kwargs = None
-        state.case_dir = self.run_dir / op_dir_name(call.name) / str(call.call_id)
-        self.bytes_queued += nbytes
-        self.captured += 1
-        if self.mode == "stats":
-            row = {"id": call.call_id, "op": call.name, "step": call.step, "phase": "forward",
-                   "call_site": record["call_site"], "device": state.device}
-            row["tensors"], state.stats = state.stats, {}
-            self._write_stats(row)
-        elif call.backward_hooked:
+        if call.backward_hooked:
             # Hold the case until its backward pass, so that it is written once, gradients included.
             self._pending[call.call_id] = (state, record, data)
             self._pending_step = call.step
@@ -262,6 +261,17 @@ class OpCapture(OpTool):
                 self._write_pending(next(iter(self._pending)))
         else:
             self._submit(state, record, data, None)
+
+    def _after_stats(self, call: OpCall, state: _CaseState) -> None:
+        state.output_keys = [f"o{k}" for k in range(len(call.outputs))]
+        state.stats.update(_device_stats(state.output_keys, call.outputs))
+        state.device = next((str(t.device) for t in (*call.inputs, *call.outputs)
+                             if t.device.type == self.device_type), self.device_type)
+        state.case_dir = self.run_dir  # open for its backward pass
+        self.captured += 1
+        self._write_stats({"id": call.call_id, "op": call.name, "step": call.step, "phase": "forward",
+                           "call_site": call.call_site, "device": state.device, "tensors": state.stats})
+        state.stats = {}
 
     def on_backward(self, call: OpCall, state: _CaseState | None, grad_inputs: dict[int, Any],
                     grad_outputs: dict[int, Any]) -> None:

@@ -213,3 +213,29 @@ def test_capture_on_dipu_replays_on_cpu_and_finds_a_faulty_kernel(tmp_path: Path
         faulty = replay_case(case_dir)
     assert faulty.status == "FAIL" and faulty.forward == "FAIL" and not faulty.bitwise_forward
     assert "outside" in faulty.message
+
+
+def test_the_statistics_operator_agrees_on_every_path() -> None:
+    """op_tools::tensor_stats: the CPU kernel, the generic kernel of other devices (run here on CPU tensors)
+    and the dipu path (CPU fallback) give the same statistics as torch computes them."""
+    from op_tools.tensor_stats import _generic_kernel, device_stats, stats_of, tensor_stats
+
+    tensors = [torch.randn(30, 40) + 3, torch.randn(64, dtype=torch.bfloat16), torch.arange(6),
+               torch.tensor([1.0, float("nan"), 2.0, float("inf")]), torch.full((5,), 0.25), torch.empty(0)]
+    generic = _generic_kernel(tensors).tolist()
+    on_dipu = device_stats([t.to("dipu") for t in tensors])
+    for t, row, dipu in zip(tensors, generic, on_dipu, strict=True):
+        host = tensor_stats(t)
+        assert dipu == host
+        generic_stats = stats_of(row, t.numel())
+        if t.numel() == 0:
+            assert generic_stats == host
+        else:
+            assert generic_stats == pytest.approx(host, rel=1e-5, abs=1e-6)
+    first = tensor_stats(tensors[0])
+    assert first["min"] == float(tensors[0].min()) and first["max"] == float(tensors[0].max())
+    assert first["mean"] == pytest.approx(float(tensors[0].double().mean()))
+    assert first["std"] == pytest.approx(float(tensors[0].double().std()), rel=1e-6)
+    assert first["norm"] == pytest.approx(float(tensors[0].double().norm()), rel=1e-6)
+    assert tensor_stats(tensors[3])["nan"] == 1 and tensor_stats(tensors[3])["inf"] == 1
+    assert tensor_stats(tensors[4])["std"] == 0.0 and tensor_stats(tensors[5])["mean"] is None
