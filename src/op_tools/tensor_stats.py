@@ -4,7 +4,8 @@ elements, and the NaN and Inf counts.
 All tensors of one call are reduced by one operator, ``torch.ops.op_tools.tensor_stats(tensors)``, which
 returns a ``(len(tensors), 7)`` float64 tensor of sums (see :data:`COLUMNS`) on the tensors' device:
 
-- on the CPU it is one kernel, numpy reductions in float64 accumulation;
+- on the CPU it is one kernel: numpy reductions, the sum accumulated in float64, the sum of squares a BLAS
+  dot product in the tensor's precision;
 - elsewhere the generic kernel reduces each tensor with a few device ops;
 - a vendor can register a fused kernel for its dispatch key (``torch.library.impl("op_tools::tensor_stats",
   ...)``);
