@@ -239,3 +239,31 @@ def test_the_statistics_operator_agrees_on_every_path() -> None:
     assert first["norm"] == pytest.approx(float(tensors[0].double().norm()), rel=1e-6)
     assert tensor_stats(tensors[3])["nan"] == 1 and tensor_stats(tensors[3])["inf"] == 1
     assert tensor_stats(tensors[4])["std"] == 0.0 and tensor_stats(tensors[5])["mean"] is None
+
+
+def test_replay_options_acc_check_forward_only_and_timings(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from op_tools import run_op_from_data
+    from torch_dipu.vendors.droplet import switches
+
+    x = torch.randn(8, 16, device="dipu", requires_grad=True)
+    w = torch.randn(4, 16, device="dipu", requires_grad=True)
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="o", ops="torch.nn.functional.linear") as cap:
+        torch.nn.functional.linear(x, w).sum().backward()
+    (case_dir,) = case_dirs(cap.run_dir)
+    checked = replay_case(case_dir, ReplayOptions(acc_check=True))
+    assert checked.status == "PASS" and checked.forward in ("PASS", "PASS (noise)")
+    with switches(faults="mm:bias:0.5"):  # the captured outputs were right; the CPU reference is too
+        assert replay_case(case_dir, ReplayOptions(acc_check=True)).status == "FAIL"
+    forward_only = replay_case(case_dir, ReplayOptions(only_run_forward=True, run_times=3))
+    assert forward_only.backward == "-" and len(forward_only.forward_ms) == 3 and forward_only.backward_ms == []
+    parser = run_op_from_data.argparse.ArgumentParser()
+    run_op_from_data.add_arguments(parser)
+    args = parser.parse_args([str(cap.run_dir), "--run_times", "2", "--sync_time_measure",
+                              "--results_dir", str(tmp_path / "res")])
+    assert run_op_from_data.run(args) == 0
+    err = capsys.readouterr().err
+    assert err.count("SyncExecuteTimer: torch.nn.functional.linear forward elapsed") == 2
+    assert err.count("SyncExecuteTimer: torch.nn.functional.linear backward elapsed") == 2
+    assert "replay summary" in err and "1 cases: 1 pass" in err
+    rows = (next((tmp_path / "res" / "op_replay").iterdir()) / "results.jsonl").read_text().splitlines()
+    assert len(rows) == 1 and '"status": "PASS"' in rows[0]
