@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OpCall", "collect_tensors", "engine", "internal", "run_call"]
 
+
 class internal:  # noqa: N801 (used like a function: ``with internal():``)
     """Context for the tools' own tensor work: nothing inside is intercepted, and no autograd graph is built."""
 
@@ -51,6 +52,7 @@ class internal:  # noqa: N801 (used like a function: ``with internal():``)
     def __exit__(self, *exc: object) -> None:
         torch._C._set_grad_enabled(self._grad)
         self._disable.__exit__(*exc)
+
 
 _ids = itertools.count(1)
 _sequence_nr = torch._C._autograd._get_sequence_nr
