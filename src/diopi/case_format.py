@@ -35,6 +35,7 @@ __all__ = [
     "LoadedCase",
     "NotReplayableError",
     "decode_value",
+    "device_type",
     "dtype_from_name",
     "dtype_name",
     "host_span",
@@ -277,8 +278,7 @@ def map_device(device: str, device_map: dict[str, str] | None) -> str:
     """``"dipu:0"`` with ``{"dipu": "cpu"}`` -> ``"cpu"``; unmapped devices are returned unchanged."""
     if not device_map:
         return device
-    kind = device.split(":", 1)[0]
-    return device_map.get(kind, device)
+    return device_map.get(device_type(device), device)
 
 
 def _torch_attr(name: str, kind: type, what: str) -> Any:
@@ -373,6 +373,16 @@ class LoadedCase:
     @property
     def op(self) -> str:
         return str(self.record["op"])
+
+    @property
+    def device_type(self) -> str:
+        """The type of the device the case ran on (``"dipu"`` for ``"dipu:0"``)."""
+        return device_type(str(self.record.get("device", "cpu")))
+
+
+def device_type(device: str) -> str:
+    """``"dipu:0"`` -> ``"dipu"``."""
+    return device.split(":", 1)[0]
 
 
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:

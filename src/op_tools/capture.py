@@ -239,7 +239,7 @@ class OpCapture(OpTool):
         if self._over_budget(nbytes):
             return
         devices = [m["device"] for m in (*state.meta.values(), *enc.meta.values())]
-        state.device = next((d for d in devices if d.split(":")[0] == self.device_type), self.device_type)
+        state.device = next((d for d in devices if cf.device_type(d) == self.device_type), self.device_type)
         state.case_dir = self.run_dir / op_dir_name(call.name) / str(call.call_id)
         self.bytes_queued += nbytes
         self.captured += 1

@@ -8,7 +8,6 @@ returned handle's :meth:`~FeatureHandle.remove` puts the originals back and fini
 from __future__ import annotations
 
 import functools
-import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 
 from op_tools.capture import OpCapture
 from op_tools.engine import engine, run_call
-from op_tools.naming import FunctionInfo, is_inplace_name, is_random_name
+from op_tools.naming import FunctionInfo, is_inplace_name, is_random_name, locate
 from op_tools.observe import OpObserve
 from op_tools.tool import OpTool
 
@@ -35,20 +34,11 @@ def register_feature(name: str, factory: Callable[..., OpTool]) -> None:
 
 
 def _locate(name: str) -> tuple[Any, str]:
-    parts = name.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        try:
-            owner: Any = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[split:-1]:
-                owner = getattr(owner, attr)
-            getattr(owner, parts[-1])
-        except AttributeError:
-            break
-        return owner, parts[-1]
-    raise ValueError(f"apply_feature: cannot find the function {name!r} (give its importable dotted name)")
+    try:
+        return locate(name)
+    except LookupError:
+        raise ValueError(f"apply_feature: cannot find the function {name!r} (give its importable dotted name)") \
+            from None
 
 
 @dataclass

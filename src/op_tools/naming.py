@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.overrides import resolve_name
 
-__all__ = ["FunctionInfo", "function_info", "is_inplace_name", "is_random_name", "resolve_function"]
+__all__ = ["FunctionInfo", "function_info", "is_inplace_name", "is_random_name", "locate", "resolve_function"]
 
 # Calls that move no data through an operator; never intercepted.
 _NON_OPS = {
@@ -115,25 +115,32 @@ def function_info(func: Callable[..., Any]) -> FunctionInfo:
     return info
 
 
-def _import_dotted(name: str) -> Callable[..., Any]:
+def locate(name: str) -> tuple[Any, str]:
+    """``(owner, attribute)`` of an importable dotted name (``pkg.mod.func``, ``pkg.mod.Class.method``): the
+    longest importable module prefix, then attributes. :class:`LookupError` if there is none."""
     import importlib
 
     parts = name.split(".")
     for split in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:split])
         try:
-            obj: Any = importlib.import_module(module_name)
+            owner: Any = importlib.import_module(".".join(parts[:split]))
         except ImportError:
             continue
         try:
-            for attr in parts[split:]:
-                obj = getattr(obj, attr)
+            for attr in parts[split:-1]:
+                owner = getattr(owner, attr)
+            getattr(owner, parts[-1])
         except AttributeError:
             break
-        if callable(obj):
-            return obj
-        break
+        return owner, parts[-1]
     raise LookupError(f"cannot find the function {name!r}")
+
+
+def _import_dotted(name: str) -> Callable[..., Any]:
+    obj = getattr(*locate(name))
+    if not callable(obj):
+        raise LookupError(f"cannot find the function {name!r} ({type(obj).__name__} is not callable)")
+    return obj
 
 
 def resolve_function(name: str, allowed_modules: tuple[str, ...] | list[str] = ()) -> Callable[..., Any]:

@@ -128,16 +128,13 @@ class _Rebuilt:
     def __init__(self, case: cf.LoadedCase, device: str, device_map: dict[str, str], with_grad: bool,
                  dtype: torch.dtype | None = None) -> None:
         record = case.record
-        capture_type = str(record.get("device", "cpu")).split(":")[0]
         self.tensors: dict[str, torch.Tensor] = {}
         self.leaves: dict[str, torch.Tensor] = {}
         inplace = bool(record.get("inplace"))
         for key, meta in record["tensors"].items():
             if not key.startswith("i"):
                 continue
-            if key not in case.data:
-                raise cf.CaseFormatError(f"{case.path / cf.TENSORS_FILE}: tensor {key!r} is missing")
-            where = device if str(meta["device"]).split(":")[0] == capture_type else str(meta["device"])
+            where = device if cf.device_type(str(meta["device"])) == case.device_type else str(meta["device"])
             t = cf.rebuild_tensor(meta, case.data[key], where)
             if dtype is not None and t.is_floating_point():
                 t = t.to(dtype)
@@ -219,7 +216,7 @@ def _run_once(func: Callable[..., Any], rebuilt: _Rebuilt, device: str, sync: bo
 
 
 def _backward(record: dict[str, Any], case: cf.LoadedCase, out: Any, rebuilt: _Rebuilt, device: str,
-              capture_type: str, sync: bool) -> tuple[dict[str, torch.Tensor | None], float]:
+              sync: bool) -> tuple[dict[str, torch.Tensor | None], float]:
     section = record["backward"]
     outs = _output_tensors(out)
     roots, grads = [], []
@@ -228,7 +225,7 @@ def _backward(record: dict[str, Any], case: cf.LoadedCase, out: Any, rebuilt: _R
         if t is None or not t.requires_grad:
             continue
         meta = section["tensors"][gkey]
-        where = device if str(meta["device"]).split(":")[0] == capture_type else "cpu"
+        where = device if cf.device_type(str(meta["device"])) == case.device_type else "cpu"
         grads.append(cf.rebuild_tensor(meta, case.data[gkey], where).to(t.dtype))
         roots.append(t)
     wanted = [k for k in section["grad_inputs"] if k in rebuilt.leaves]
@@ -262,8 +259,7 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
         func = resolve_function(case.op, options.allow_modules)
         device = _target_device(record, options.device)
         result.device = device
-        capture_type = str(record.get("device", "cpu")).split(":")[0]
-        device_map = {capture_type: torch.device(device).type}
+        device_map = {case.device_type: torch.device(device).type}
         with_grad = not options.only_run_forward and bool(record.get("backward"))
         out = grads = None
         for _ in range(max(1, options.run_times)):
@@ -274,8 +270,7 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
                 if on_time:
                     on_time(case.op, "forward", ms)
                 if with_grad:
-                    grads, bms = _backward(record, case, out, rebuilt, device, capture_type,
-                                           options.sync_time_measure)
+                    grads, bms = _backward(record, case, out, rebuilt, device, options.sync_time_measure)
                     if grads:
                         result.backward_ms.append(bms)
                         if on_time:
@@ -290,7 +285,7 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
         result.message = f"{case.op} raised {type(exc).__name__}: {exc}"
         return result
     try:
-        _judge(result, case, out, grads, options)
+        _judge(result, case, func, out, grads, options)
     except (cf.CaseFormatError, KeyError, TypeError, ValueError) as exc:
         result.status = "ERROR"
         result.message = f"{Path(path) / cf.CASE_FILE}: the captured results are unreadable ({exc})"
@@ -300,15 +295,14 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
     return result
 
 
-def _judge(result: CaseResult, case: cf.LoadedCase, out: Any, grads: dict[str, Any] | None,
-           options: ReplayOptions) -> None:
+def _judge(result: CaseResult, case: cf.LoadedCase, func: Callable[..., Any], out: Any,
+           grads: dict[str, Any] | None, options: ReplayOptions) -> None:
     record = case.record
     actual = _host(out)
-    expected = _captured(case, record["outputs"], "o")
     if options.acc_check:
-        expected, expected_fp64 = _reference(case, options.allow_modules)
+        expected, expected_fp64 = _reference(case, func)
     else:
-        expected_fp64 = None
+        expected, expected_fp64 = _captured(case, record["outputs"], "o"), None
     if record.get("random"):
         result.forward = "SKIP (random)"
         result.bitwise_forward = None
@@ -335,15 +329,14 @@ def _judge(result: CaseResult, case: cf.LoadedCase, out: Any, grads: dict[str, A
     result.status = "FAIL" if Verdict.FAIL.value in verdicts else "PASS"
 
 
-def _reference(case: cf.LoadedCase, options_modules: tuple[str, ...]) -> tuple[Any, Any]:
+def _reference(case: cf.LoadedCase, func: Callable[..., Any]) -> tuple[Any, Any]:
     """The CPU result in the captured dtypes, and in float64 (for the noise rule)."""
-    func = resolve_function(case.op, options_modules)
-    capture_type = str(case.record.get("device", "cpu")).split(":")[0]
-    cpu = _Rebuilt(case, "cpu", {capture_type: "cpu"}, with_grad=False)
+    to_cpu = {case.device_type: "cpu"}
+    cpu = _Rebuilt(case, "cpu", to_cpu, with_grad=False)
     with torch.no_grad():
         expected = _host(func(*cpu.args, **cpu.kwargs))
     try:
-        wide = _Rebuilt(case, "cpu", {capture_type: "cpu"}, with_grad=False, dtype=torch.float64)
+        wide = _Rebuilt(case, "cpu", to_cpu, with_grad=False, dtype=torch.float64)
         with torch.no_grad():
             fp64 = _host(func(*wide.args, **wide.kwargs))
     except Exception:
