@@ -32,4 +32,7 @@ def test_benchmark_writes_its_json(tmp_path: Path, script: str, args: list[str],
     assert {r["case"] for r in report["results"]} == cases
     for row in report["results"]:
         assert row["value"] > 0 and row["baseline"] > 0 and row["ratio"] > 0
+        if row["case"] == "w1_step_capture_stats":  # the statistics kernel measured on its own
+            assert row["reductions_ms_per_step"] > 0 and row["tensors_reduced_per_step"] > 500
+            assert row["elements_reduced_per_step"] > 10**6 and row["ratio_without_reductions"] < row["ratio"]
     assert report["env"]["torch"] and report["env"]["dipu_vendor"] == "droplet"

@@ -27,6 +27,8 @@ from op_tools import config
 from op_tools.case_writer import CaseWriter
 from op_tools.engine import OpCall, print_line
 from op_tools.host_buffers import HostBufferPool
+from op_tools.naming import QUIET_WRITERS
+from op_tools.stats_table import StatsTable
 from op_tools.tensor_stats import device_stats
 from op_tools.tool import OpTool
 
@@ -80,14 +82,17 @@ class _CaseState:
     device: str = "cpu"
     written: threading.Event | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    input_versions: list[int] | None = None  # statistics mode: inputs reduced after the call, with the outputs
 
 
 def _device_stats(keys: list[str], tensors: list[torch.Tensor]) -> dict[str, dict[str, Any]]:
-    """Statistics of ``tensors`` (reduced on their device), with shape and dtype, by key."""
+    """Statistics of ``tensors`` (reduced on their device, each object once), with shape and dtype, by key."""
     if not tensors:
         return {}
-    return {key: {"shape": list(t.shape), "dtype": cf.dtype_name(t.dtype), **values}
-            for key, t, values in zip(keys, tensors, device_stats(tensors), strict=True)}
+    unique = list({id(t): t for t in tensors}.values())
+    by_id = {id(t): values for t, values in zip(unique, device_stats(unique), strict=True)}
+    return {key: {"shape": list(t.shape), "dtype": cf.dtype_name(t.dtype), **by_id[id(t)]}
+            for key, t in zip(keys, tensors, strict=True)}
 
 
 def _nbytes(data: dict[str, torch.Tensor]) -> int:
@@ -138,6 +143,8 @@ class OpCapture(OpTool):
         self.queue_waits = 0  # times the training thread waited for the writer (the queue was full)
         self._writer: CaseWriter | None = None
         self._index: IO[str] | None = None
+        self._stats: StatsTable | None = None
+        self._writes_inputs: set[str] = set()  # ops seen writing into inputs their name does not say they write
         self._lock = threading.Lock()
         self._pool = HostBufferPool(queue_bytes)
         self._op_dirs: set[Path] = set()
@@ -181,6 +188,8 @@ class OpCapture(OpTool):
             if self._index is not None:
                 self._index.close()
                 self._index = None
+            if self._stats is not None:
+                self._stats.close()
             if self._writer.failure and not self.halted:
                 self.halted = f"writing failed: {self._writer.failure}"
             self._writer = None
@@ -214,10 +223,13 @@ class OpCapture(OpTool):
             return None
         if self._pending and call.step != self._pending_step:
             self._flush_pending()  # a new step: calls of earlier steps will not get their backward any more
-        if self.mode == "stats":  # no case, only statistics: of the inputs now (an in-place op changes them)
+        if self.mode == "stats":  # no case, only statistics
             keys = [f"i{j}" for j in range(len(call.inputs))]
             state = _CaseState(None, None, {}, None, keys, [])
-            state.stats = _device_stats(keys, call.inputs)
+            if self._may_write_inputs(call):  # reduce the inputs now, before the call changes them
+                state.stats = _device_stats(keys, call.inputs)
+            else:  # with the outputs, in one device call; the versions tell if the call wrote them after all
+                state.input_versions = [t._version for t in call.inputs]
             return state
         enc = cf.Encoder("i", allocate=self._pool.take)
         args = enc.encode(list(call.args))
@@ -262,15 +274,29 @@ class OpCapture(OpTool):
         else:
             self._submit(state, record, data, None)
 
+    def _may_write_inputs(self, call: OpCall) -> bool:
+        kwargs = call.kwargs
+        return (call.info.inplace or call.name in self._writes_inputs or call.name in QUIET_WRITERS
+                or (bool(kwargs) and (kwargs.get("out") is not None or kwargs.get("inplace") is True)))
+
     def _after_stats(self, call: OpCall, state: _CaseState) -> None:
         state.output_keys = [f"o{k}" for k in range(len(call.outputs))]
-        state.stats.update(_device_stats(state.output_keys, call.outputs))
+        note = {}
+        if state.input_versions is None:
+            state.stats.update(_device_stats(state.output_keys, call.outputs))
+        else:
+            if any(t._version != v for t, v in zip(call.inputs, state.input_versions, strict=True)):
+                # The call wrote into an input without saying so (``F.relu(x, True)``, running statistics):
+                # this call's input statistics are after the call; later calls of the op reduce them before.
+                self._writes_inputs.add(call.name)
+                note = {"inputs_after_call": True}
+            state.stats = _device_stats([*state.input_keys, *state.output_keys], [*call.inputs, *call.outputs])
         state.device = next((str(t.device) for t in (*call.inputs, *call.outputs)
                              if t.device.type == self.device_type), self.device_type)
         state.case_dir = self.run_dir  # open for its backward pass
         self.captured += 1
         self._write_stats({"id": call.call_id, "op": call.name, "step": call.step, "phase": "forward",
-                           "call_site": call.call_site, "device": state.device, "tensors": state.stats})
+                           "call_site": call.call_site, "device": state.device, "tensors": state.stats, **note})
         state.stats = {}
 
     def on_backward(self, call: OpCall, state: _CaseState | None, grad_inputs: dict[int, Any],
@@ -351,21 +377,19 @@ class OpCapture(OpTool):
 
     # -- writer threads --------------------------------------------------------------------------------
     def _write_stats(self, row: dict[str, Any]) -> None:
-        """Append a statistics row (on the calling thread: rows are small and the file is buffered)."""
-        text = json.dumps(row, allow_nan=False) + "\n"
+        """Append a statistics row (on the calling thread: rows are small and the files are buffered)."""
         with self._lock:
+            if self._stats is None:
+                self._stats = StatsTable(self.run_dir)
             try:
-                if self._index is None:
-                    self._index = open(self.run_dir / "stats.jsonl", "a", encoding="utf-8",  # noqa: SIM115
-                                       buffering=1 << 20)
-                self._index.write(text)
-                if not self.opened:  # a backward pass after stop(): do not leave the file open
-                    self._index.close()
-                    self._index = None
+                before = self._stats.bytes_written
+                self._stats.add(row)
+                if not self.opened:  # a backward pass after stop(): do not leave the files open
+                    self._stats.close()
             except OSError as exc:
                 self._halt(f"writing {self.run_dir / 'stats.jsonl'} failed ({exc.strerror or exc})")
                 return
-            self.bytes_written += len(text)
+            self.bytes_written += self._stats.bytes_written - before
             self.cases_written += row["phase"] == "forward"
 
     def _make_case_dir(self, case_dir: Path) -> None:
@@ -419,25 +443,16 @@ class OpCapture(OpTool):
             self.bytes_written += written
 
     def _write_csv(self) -> None:
-        """The run's table as CSV, from the JSONL the writer appended to (one row per case, or in statistics
-        mode one row per tensor)."""
-        if self.run_dir is None:
+        """The run's table of cases as CSV, from the JSONL the writers appended to (one row per case)."""
+        if self.run_dir is None or self.mode == "stats":  # statistics mode writes its CSV as it goes
             return
-        stats = self.mode == "stats"
-        index = self.run_dir / ("stats.jsonl" if stats else "cases.jsonl")
+        index = self.run_dir / "cases.jsonl"
         if not index.is_file():
             return
         try:
             rows = [json.loads(line) for line in index.read_text(encoding="utf-8").splitlines() if line.strip()]
-            if stats:
-                fields = ["id", "op", "step", "phase", "tensor", "shape", "dtype", "numel", "min", "max", "mean",
-                          "std", "norm", "nan", "inf"]
-                table = [{"id": r["id"], "op": r["op"], "step": r["step"], "phase": r["phase"], "tensor": key,
-                          **{k: v for k, v in t.items() if k in fields}, "shape": json.dumps(t["shape"])}
-                         for r in rows for key, t in r["tensors"].items()]
-            else:
-                fields = ["id", "op", "step", "dir", "call_site", "inputs", "dtypes", "backward", "bytes"]
-                table = [{**r, "inputs": json.dumps(r["inputs"]), "dtypes": " ".join(r["dtypes"])} for r in rows]
+            fields = ["id", "op", "step", "dir", "call_site", "inputs", "dtypes", "backward", "bytes"]
+            table = [{**r, "inputs": json.dumps(r["inputs"]), "dtypes": " ".join(r["dtypes"])} for r in rows]
             with open(index.with_suffix(".csv"), "w", newline="", encoding="utf-8") as f:
                 writer = csv.DictWriter(f, fieldnames=fields)
                 writer.writeheader()

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch.overrides import resolve_name
 
-__all__ = ["FunctionInfo", "function_info", "is_inplace_name", "is_random_name", "locate", "resolve_function"]
+__all__ = ["QUIET_WRITERS", "FunctionInfo", "function_info", "is_inplace_name", "is_random_name", "locate",
+           "resolve_function"]
 
 # Calls that move no data through an operator; never intercepted.
 _NON_OPS = {
@@ -41,6 +42,12 @@ _INPLACE_DUNDERS = {
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__",
     "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__", "__setitem__", "__idiv__",
 }
+#: Functions that write into an input neither their name nor a keyword announces, and without bumping its
+#: version counter: normalization in training mode updates its running statistics.
+QUIET_WRITERS = frozenset({
+    "torch.nn.functional.batch_norm", "torch.batch_norm", "torch.native_batch_norm",
+    "torch._native_batch_norm_legit", "torch.nn.functional.instance_norm", "torch.instance_norm",
+})
 _RANDOM = re.compile(
     r"(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli_?|multinomial|normal_?|"
     r"uniform_|exponential_|geometric_|cauchy_|log_normal_|random_|poisson|rrelu_?|gumbel_softmax|"

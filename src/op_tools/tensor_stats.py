@@ -2,10 +2,11 @@
 elements, and the NaN and Inf counts.
 
 All tensors of one call are reduced by one operator, ``torch.ops.op_tools.tensor_stats(tensors)``, which
-returns a ``(len(tensors), 7)`` float64 tensor of sums (see :data:`COLUMNS`) on the tensors' device:
+returns ``len(tensors) * 7`` floats, the sums of :data:`COLUMNS` tensor after tensor (a list of floats
+reaches the host with the op's result, without a tensor copy):
 
-- on the CPU it is one kernel: numpy reductions, the sum accumulated in float64, the sum of squares a BLAS
-  dot product in the tensor's precision;
+- on the CPU it is one kernel: the sum by torch's cascade summation and the sum of squares by a BLAS dot
+  product, both in the tensor's precision (float64 when they overflow it), min and max by numpy;
 - elsewhere the generic kernel reduces each tensor with a few device ops;
 - a vendor can register a fused kernel for its dispatch key (``torch.library.impl("op_tools::tensor_stats",
   ...)``);
@@ -38,40 +39,53 @@ def _host_row(t: torch.Tensor) -> tuple[float, ...]:
     if t.dtype not in (torch.float32, torch.float64):
         t = t.to(torch.float32 if t.is_floating_point() or t.dtype == torch.bool or t.element_size() < 4
                  else torch.float64)
-    a = t.contiguous().numpy().reshape(-1)
-    if a.size == 0:
+    if not t.is_contiguous():
+        t = t.contiguous()
+    n = t.numel()
+    if n == 0:
         return (math.nan, math.nan, 0.0, 0.0, 0, 0, 0)
-    total = float(a.sum(dtype=np.float64))
-    nan = inf = 0
-    if not math.isfinite(total):
-        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+    total = float(t.sum())  # torch's cascade summation: vectorized, error growing with log(n)
+    a = t.numpy().reshape(-1)
+    if math.isfinite(total):
+        with np.errstate(over="ignore"):
+            sumsq = float(np.dot(a, a))
+        if math.isinf(sumsq):  # the squares overflow the tensor's precision
+            sumsq = float(np.dot(a.astype(np.float64), a.astype(np.float64)))
+        return (float(a.min()), float(a.max()), total, sumsq, n, 0, 0)
+    nan = int(np.count_nonzero(np.isnan(a)))
+    inf = int(np.count_nonzero(np.isinf(a)))
+    if nan or inf:
         a = a[np.isfinite(a)]
-        if a.size == 0:
-            return (math.nan, math.nan, 0.0, 0.0, 0, nan, inf)
-        total = float(a.sum(dtype=np.float64))
-    return (float(a.min()), float(a.max()), total, float(np.dot(a, a)), int(a.size), nan, inf)
+    if a.size == 0:
+        return (math.nan, math.nan, 0.0, 0.0, 0, nan, inf)
+    wide = a.astype(np.float64)  # finite values whose sum overflowed the tensor's precision, or the rest
+    return (float(a.min()), float(a.max()), float(wide.sum()), float(np.dot(wide, wide)), int(a.size), nan, inf)
 
 
-def _cpu_kernel(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.tensor([_host_row(t) for t in tensors], dtype=torch.float64).reshape(len(tensors), len(COLUMNS))
+def _cpu_kernel(tensors: list[torch.Tensor]) -> list[float]:
+    return [float(v) for t in tensors for v in _host_row(t)]
 
 
-def _generic_kernel(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Any device: a few reductions per tensor, on the device; non-finite and non-float tensors on the host."""
-    rows = []
-    device = tensors[0].device if tensors else torch.device("cpu")
-    for t in tensors:
+def _generic_kernel(tensors: list[torch.Tensor]) -> list[float]:
+    """Any device: four reductions per floating tensor on the device, their results brought to the host in
+    one copy per precision (no synchronization per tensor); non-finite, integer and complex tensors are
+    reduced on the host."""
+    on_device: dict[torch.dtype, tuple[list[int], list[torch.Tensor]]] = {}
+    for i, t in enumerate(tensors):
         if t.is_floating_point() and t.numel():
             wide = torch.float64 if t.dtype == torch.float64 else torch.float32
             mn, mx = torch.aminmax(t)
-            total = t.sum(dtype=wide)
-            sumsq = torch.linalg.vector_norm(t, dtype=wide) ** 2
-            row = torch.stack([mn.to(wide), mx.to(wide), total, sumsq]).to("cpu", torch.float64).tolist()
+            sums = torch.stack([mn.to(wide), mx.to(wide), t.sum(dtype=wide),
+                                torch.linalg.vector_norm(t, dtype=wide) ** 2])
+            indices, rows = on_device.setdefault(wide, ([], []))
+            indices.append(i)
+            rows.append(sums)
+    result: list[tuple[float, ...] | None] = [None] * len(tensors)
+    for indices, rows in on_device.values():
+        for i, row in zip(indices, torch.stack(rows).to("cpu").tolist(), strict=True):
             if all(math.isfinite(v) for v in row):
-                rows.append((*row, t.numel(), 0, 0))
-                continue
-        rows.append(_host_row(t.to("cpu")))
-    return torch.tensor(rows, dtype=torch.float64).reshape(len(tensors), len(COLUMNS)).to(device)
+                result[i] = (*row, tensors[i].numel(), 0, 0)
+    return [float(v) for i, t in enumerate(tensors) for v in (result[i] or _host_row(t.to("cpu")))]
 
 
 def _operator() -> Any:
@@ -79,7 +93,7 @@ def _operator() -> Any:
     global _LIBRARY
     if _LIBRARY is None:
         library = torch.library.Library("op_tools", "DEF")
-        library.define("tensor_stats(Tensor[] tensors) -> Tensor")
+        library.define("tensor_stats(Tensor[] tensors) -> float[]")
         library.impl("tensor_stats", _cpu_kernel, "CPU")
         library.impl("tensor_stats", _generic_kernel, "CompositeExplicitAutograd")
         _LIBRARY = library
@@ -108,13 +122,14 @@ def device_stats(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
     for i, t in enumerate(tensors):
         by_device.setdefault(t.device, []).append(i)
     op = _operator()
+    width = len(COLUMNS)
     for indices in by_device.values():
-        rows = op([tensors[i] for i in indices]).cpu().tolist()
-        for i, row in zip(indices, rows, strict=True):
-            results[i] = stats_of(row, tensors[i].numel())
+        flat = op([tensors[i] for i in indices])
+        for k, i in enumerate(indices):
+            results[i] = stats_of(flat[k * width:(k + 1) * width], tensors[i].numel())
     return results  # type: ignore[return-value]
 
 
 def tensor_stats(t: torch.Tensor) -> dict[str, Any]:
-    """Statistics of one host tensor, exactly (float64 accumulation)."""
+    """Statistics of one host tensor (the CPU kernel)."""
     return stats_of(list(_host_row(t)), t.numel())

@@ -109,6 +109,79 @@ def test_stats_mode_writes_statistics_and_no_data(tmp_path: Path) -> None:
     assert replay_dir(cap.run_dir) is not None and not case_dirs(cap.run_dir)
 
 
+def _stats_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "stats.jsonl").read_text().splitlines()]
+
+
+def test_stats_mode_inputs_are_the_values_before_the_call(tmp_path: Path) -> None:
+    """In-place ops (by name, ``out=``, ``inplace=True``, batch norm's running statistics) are reduced
+    before the call. Other calls reduce their inputs with their outputs; one that writes an input without
+    saying so (a fused kernel under ``apply_feature``) is caught by the version counter, its row says so,
+    and later calls of that function reduce their inputs first."""
+    x = torch.tensor([-1.0, 2.0, -3.0, 4.0])
+    batch = torch.arange(8.0).reshape(4, 2)
+    running_mean, running_var = torch.zeros(2), torch.ones(2)
+
+    def fused_update(t: torch.Tensor) -> torch.Tensor:
+        t.add_(100.0)
+        return t * 2
+
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="v", device="cpu", mode="stats") as cap:
+        x.mul_(2.0)  # in-place by name
+        torch.nn.functional.relu(x, inplace=True)
+        torch.add(x, 1.0, out=torch.empty(4))
+        torch.nn.functional.batch_norm(batch, running_mean, running_var, training=True, momentum=0.5)
+    handle = op_tools.apply_feature(fused_update, cap)
+    for _ in range(2):
+        handle.wrapped[0](torch.zeros(3))
+    handle.remove()
+    cap.close()
+    rows = [r for r in _stats_rows(cap.run_dir) if r["phase"] == "forward"]
+    mul_, relu = rows[0], next(r for r in rows if r["op"] == "torch.nn.functional.relu")
+    assert mul_["tensors"]["i0"]["min"] == -3.0 and mul_["tensors"]["o0"]["min"] == -6.0
+    assert relu["tensors"]["i0"]["min"] == -6.0 and relu["tensors"]["o0"]["min"] == 0.0
+    add = next(r for r in rows if r["op"] == "torch.add")
+    assert add["tensors"]["i0"]["max"] == 8.0 and add["tensors"]["o0"]["max"] == 9.0
+    norm = next(r for r in rows if r["op"] == "torch.nn.functional.batch_norm")
+    assert norm["tensors"]["i1"]["max"] == 0.0 and running_mean.tolist() == [1.5, 2.0]  # before the update
+    first, second = [r for r in rows if r["op"].endswith("fused_update")]
+    assert first["inputs_after_call"] is True and first["tensors"]["i0"]["max"] == 100.0  # after the call
+    assert "inputs_after_call" not in second and second["tensors"]["i0"]["max"] == 0.0  # before, from now on
+    assert second["tensors"]["o0"]["max"] == 200.0
+    assert all("inputs_after_call" not in r for r in rows if not r["op"].endswith("fused_update"))
+
+
+def test_stats_csv_rows_match_the_jsonl(tmp_path: Path) -> None:
+    """stats.csv has one row per tensor of every JSONL row, with the same numbers; an all-NaN tensor has
+    empty cells where JSON has null."""
+    import csv
+
+    x = torch.randn(6, 5, requires_grad=True)
+    with op_tools.OpCapture(results_dir=tmp_path, run_id="c", device="cpu", mode="stats") as cap:
+        (torch.tanh(x) * 3).sum().backward()
+        torch.full((3,), float("nan")) + 1
+    rows = _stats_rows(cap.run_dir)
+    table = list(csv.DictReader((cap.run_dir / "stats.csv").open()))
+    expected = [(r["id"], r["phase"], key, t) for r in rows for key, t in r["tensors"].items()]
+    assert len(table) == len(expected) and any(r["phase"] == "backward" for r in rows)
+    for cells, (call_id, phase, key, t) in zip(table, expected, strict=True):
+        assert (int(cells["id"]), cells["phase"], cells["tensor"]) == (call_id, phase, key)
+        assert json.loads(cells["shape"]) == t["shape"] and cells["dtype"] == t["dtype"]
+        for field in ("min", "max", "mean", "std", "norm"):
+            assert (float(cells[field]) if cells[field] else None) == t[field]
+        assert int(cells["nan"]) == t["nan"] and int(cells["numel"]) == t["numel"]
+    assert any(c["nan"] == "3" and c["min"] == "" for c in table)
+
+
+def test_stats_survive_sums_that_overflow_the_tensor_precision() -> None:
+    from op_tools.tensor_stats import tensor_stats
+
+    big = torch.tensor([3e38, 2e38, 3e38, 1e38])
+    stats = tensor_stats(big)
+    assert stats["mean"] == pytest.approx(2.25e38) and stats["norm"] == pytest.approx(float(big.double().norm()))
+    assert stats["nan"] == stats["inf"] == 0 and stats["max"] == pytest.approx(3e38)
+
+
 def test_byte_budget_stops_capturing_and_training_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     x = torch.ones(1000)  # 4000 bytes a tensor
     with op_tools.OpCapture(results_dir=tmp_path, run_id="b", device="cpu", max_bytes="20000") as cap:
@@ -222,7 +295,8 @@ def test_the_statistics_operator_agrees_on_every_path() -> None:
 
     tensors = [torch.randn(30, 40) + 3, torch.randn(64, dtype=torch.bfloat16), torch.arange(6),
                torch.tensor([1.0, float("nan"), 2.0, float("inf")]), torch.full((5,), 0.25), torch.empty(0)]
-    generic = _generic_kernel(tensors).tolist()
+    flat = _generic_kernel(tensors)
+    generic = [flat[k * 7:(k + 1) * 7] for k in range(len(tensors))]
     on_dipu = device_stats([t.to("dipu") for t in tensors])
     for t, row, dipu in zip(tensors, generic, on_dipu, strict=True):
         host = tensor_stats(t)
