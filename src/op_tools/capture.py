@@ -28,6 +28,7 @@ from op_tools.case_writer import CaseWriter
 from op_tools.engine import OpCall, print_line
 from op_tools.host_buffers import HostBufferPool
 from op_tools.naming import QUIET_WRITERS
+from op_tools.results import choose_run_dir, process_rank
 from op_tools.stats_table import StatsTable
 from op_tools.tensor_stats import device_stats
 from op_tools.tool import OpTool
@@ -36,17 +37,6 @@ __all__ = ["OpCapture"]
 
 DEFAULT_MAX_BYTES = 10 * 2**30
 MODES = ("data", "stats")
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
 
 
 def _versions() -> dict[str, str]:
@@ -156,14 +146,8 @@ class OpCapture(OpTool):
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def _choose_run_dir(self) -> Path:
-        rank = self._rank = _rank()
-        base = self.root / self.run_id
-        run_dir = base / f"rank{rank}"
-        n = 2
-        while run_dir.exists() and any(run_dir.iterdir()):
-            run_dir = self.root / f"{self.run_id}-{n}" / f"rank{rank}"
-            n += 1
-        return run_dir
+        self._rank = process_rank()
+        return choose_run_dir("op_capture", self.root.parent, self.run_id)
 
     def on_start(self) -> None:
         if self.run_dir is None:

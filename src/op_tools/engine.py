@@ -216,11 +216,25 @@ def run_call(tools: list[OpTool], info: FunctionInfo, func: Callable[..., Any], 
     if any(t.wants_backward for t, _ in states) and torch.is_grad_enabled():
         edges = autograd_hooks.input_edges(inputs)
     seq0 = _sequence_nr()
-    out = func(*args, **kwargs)
+    out = _execute(states, call, func, args, kwargs)
     seq1 = _sequence_nr()
     call.outputs = collect_tensors(out, [], set())
     _finish(states, call, out, edges, seq0, seq1)
     return out
+
+
+def _execute(states: list[tuple[OpTool, Any]], call: OpCall, func: Callable[..., Any], args: tuple,
+             kwargs: dict) -> Any:
+    """Run the call: the innermost acting tool that replaces execution (fallback, dtype cast) runs it, else
+    ``func`` runs. A tool that fails before producing a result is reported and ``func`` runs as usual."""
+    for tool, state in reversed(states):
+        if tool.executes and state is not None:
+            try:
+                return tool.execute(call, state, func, args, kwargs)
+            except Exception as exc:
+                engine.report(tool, call.name, "running the call", exc)
+            break
+    return func(*args, **kwargs)
 
 
 def _before(tools: list[OpTool], call: OpCall) -> list[tuple[OpTool, Any]]:

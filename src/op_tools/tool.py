@@ -45,6 +45,7 @@ class OpTool:
     env_prefix = "OP_TOOL"
     steps_env: str | None = None
     wants_backward = False
+    executes = False  # True: the tool runs the call itself (execute); observation tools leave it False
     backward_needs = "meta"  # what on_backward gets per gradient: "meta", "stats" or "data" (host copies)
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
@@ -119,6 +120,11 @@ class OpTool:
     def before(self, call: OpCall) -> Any:
         """Before the call runs; the return value is handed to :meth:`after` and :meth:`on_backward`."""
         return None
+
+    def execute(self, call: OpCall, state: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run the call in place of ``func(*args, **kwargs)`` (only with :attr:`executes`; the innermost
+        such tool wins). Runs with autograd as the user has it, and nothing inside is intercepted."""
+        return func(*args, **kwargs)
 
     def after(self, call: OpCall, state: Any, output: Any) -> None:
         """After the call returned ``output``."""
