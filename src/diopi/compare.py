@@ -80,6 +80,15 @@ def env_name(dtype: torch.dtype, op: str | None = None) -> str:
     return f"{name}_{re.sub(r'[^0-9A-Za-z]', '_', op).upper()}" if op else name
 
 
+def op_env_names(dtype: torch.dtype, op: str) -> list[str]:
+    """The per-op form ``<OPNAME>_AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>``: the whole op name first
+    (``TORCH_NN_FUNCTIONAL_LINEAR_...``), then its last part (``LINEAR_...``)."""
+    suffix = f"{ENV_PREFIX}_{str(dtype).removeprefix('torch.').upper()}"
+    full = re.sub(r"[^0-9A-Za-z]", "_", op).upper()
+    short = re.sub(r"[^0-9A-Za-z]", "_", op.rsplit(".", 1)[-1]).upper().strip("_")
+    return list(dict.fromkeys(f"{name}_{suffix}" for name in (full, short) if name))
+
+
 def _parse_env(name: str) -> tuple[float, float] | None:
     value = os.environ.get(name)
     if value is None or not value.strip():
@@ -97,14 +106,16 @@ def _parse_env(name: str) -> tuple[float, float] | None:
 def tolerance(dtype: torch.dtype, op: str | None = None) -> tuple[float, float]:
     """``(atol, rtol)`` for ``dtype``, optionally for one op.
 
-    Lookup order: ``AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>_<OP>`` (op upper-cased, non-alphanumerics as
-    ``_``), ``AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>``, ``AUTOCOMPARE_ERROR_TOLERANCE`` (any floating
-    dtype), then the ``torch.testing.assert_close`` default. Integer and bool dtypes are always exact.
+    Lookup order: ``<OP>_AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>`` (the issue's form; the whole op name, then
+    its last part, e.g. ``LINEAR_AUTOCOMPARE_ERROR_TOLERANCE_BFLOAT16``),
+    ``AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>_<OP>`` (op upper-cased, non-alphanumerics as ``_``),
+    ``AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>``, ``AUTOCOMPARE_ERROR_TOLERANCE`` (any floating dtype), then the
+    ``torch.testing.assert_close`` default. Integer and bool dtypes are always exact.
     Each value is ``"atol,rtol"``; a malformed one raises :class:`ValueError` naming the variable.
     """
     if _is_exact(dtype):
         return 0.0, 0.0
-    names = ([env_name(dtype, op)] if op else []) + [env_name(dtype), ENV_PREFIX]
+    names = ([*op_env_names(dtype, op), env_name(dtype, op)] if op else []) + [env_name(dtype), ENV_PREFIX]
     for name in names:
         found = _parse_env(name)
         if found is not None:
@@ -178,6 +189,9 @@ def compare_tensors(actual: Any, expected: Any, *, expected_fp64: torch.Tensor |
                                 f"PASS {path}: empty tensor of shape {tuple(expected.shape)}")
 
     a_raw, e_raw = _as_plain(actual), _as_plain(expected)
+    if torch.equal(a_raw, e_raw):  # the common case, decided in one pass (NaN never equals, so it goes on)
+        return TensorComparison(path, Verdict.PASS, 0.0, 0.0, 1.0, 0.0, atol, rtol, None, None,
+                                f"PASS {path}: bitwise equal")
     a, e = a_raw.to(torch.float64), e_raw.to(torch.float64)
     shape, complex_ = a.shape, expected.is_complex()
     finite = a.isfinite() & e.isfinite()

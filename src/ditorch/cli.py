@@ -85,6 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     run_op_from_data.add_arguments(p)
     p.set_defaults(handler=run_op_from_data.run)
+
+    p = commands.add_parser(
+        "report",
+        help="rebuild the HTML report (report.html) of checking-tool runs from their results.jsonl",
+        description="Find every results.jsonl under DIR (a run folder, or any folder above run folders) and "
+                    "write a self-contained report.html next to each; print each path written. Exit status 2 "
+                    "when DIR holds no results.jsonl or one cannot be read.",
+    )
+    from op_tools import report
+
+    report.add_arguments(p)
+    p.set_defaults(handler=report.run)
     return parser
 
 

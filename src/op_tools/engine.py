@@ -62,13 +62,14 @@ class OpCall:
     """One intercepted call. ``args``/``kwargs``/``inputs``/``outputs`` are dropped when the call returns,
     so a backward record never keeps tensors alive."""
 
-    __slots__ = ("name", "info", "args", "kwargs", "inputs", "outputs", "call_id", "step", "_site", "_frame",
+    __slots__ = ("name", "info", "func", "args", "kwargs", "inputs", "outputs", "call_id", "step", "_site", "_frame",
                  "backward_hooked")
 
     def __init__(self, info: FunctionInfo, args: tuple, kwargs: dict, inputs: list[torch.Tensor],
                  frame: FrameType | None = None) -> None:
         self.name = info.name
         self.info = info
+        self.func: Callable[..., Any] | None = None  # the function called (set by the engine)
         self.args = args
         self.kwargs = kwargs
         self.inputs = inputs
@@ -207,10 +208,12 @@ def run_call(tools: list[OpTool], info: FunctionInfo, func: Callable[..., Any], 
         if not present:
             return out
         call = OpCall(info, args, kwargs, inputs, frame)
+        call.func = func
         call.outputs = outputs
         _finish(_before(present, call), call, out, None, seq0, seq1)
         return out
     call = OpCall(info, args, kwargs, inputs, frame)
+    call.func = func
     states = _before(present, call)
     edges = None
     if any(t.wants_backward for t, _ in states) and torch.is_grad_enabled():

@@ -13,10 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from op_tools.autocompare import OpAutoCompare
 from op_tools.capture import OpCapture
+from op_tools.dtype_cast import OpDtypeCast
 from op_tools.engine import engine, run_call
+from op_tools.fallback import OpFallback
 from op_tools.naming import FunctionInfo, is_inplace_name, is_random_name, locate
 from op_tools.observe import OpObserve
+from op_tools.overflow import OpOverflowCheck
 from op_tools.tool import OpTool
 
 __all__ = ["FEATURES", "FeatureHandle", "apply_feature", "register_feature"]
@@ -24,7 +28,11 @@ __all__ = ["FEATURES", "FeatureHandle", "apply_feature", "register_feature"]
 #: Feature names accepted by :func:`apply_feature` (the seeds' names and short ones).
 FEATURES: dict[str, Callable[..., OpTool]] = {
     "op_capture": OpCapture, "capture": OpCapture,
+    "op_autocompare": OpAutoCompare, "autocompare": OpAutoCompare,
     "op_observe": OpObserve, "observe": OpObserve,
+    "op_fallback": OpFallback, "fallback": OpFallback,
+    "op_dtype_cast": OpDtypeCast, "dtype_cast": OpDtypeCast,
+    "op_overflow_check": OpOverflowCheck, "overflow_check": OpOverflowCheck,
 }
 
 

@@ -81,6 +81,17 @@ class DipuTensor(torch.Tensor):
             setattr(new, name, copy.deepcopy(value, memo))
         return new
 
+    @property
+    def data(self) -> torch.Tensor:
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        # ``p.data = new`` (Module.to(dtype), optimizers, user code) swaps the tensor's metadata in C++; the
+        # vendor storage must follow, or the tensor would say bfloat16 and hold float32.
+        _TENSOR_DATA.__set__(self, value)
+        self._raw = value._raw if type(value) is DipuTensor else value
+
     def numpy(self, *, force: bool = False) -> Any:
         if force:
             return self.detach().cpu().numpy()
@@ -110,6 +121,7 @@ class DipuTensor(torch.Tensor):
 
 
 _STRIDED = torch.strided
+_TENSOR_DATA = torch._C.TensorBase.data
 
 
 def storage_of(t: Any) -> Any:

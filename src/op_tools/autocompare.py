@@ -1,0 +1,381 @@
+"""OpAutoCompare: every operator call on the device is re-run on the CPU and judged, forward and backward.
+
+Per call: the inputs are copied to the host before the call runs (so in-place ops are checked against the
+originals), the device runs the call, the CPU runs it on the copies in the device's dtype, and every
+output is judged by :mod:`diopi.compare` (PASS, NOISE, FAIL). A float64 reference is computed only for
+outputs outside the tolerance: within ``noise_factor`` times the CPU's own error against float64 they
+are NOISE, else FAIL. Inputs are compared after the call too when the call wrote them (or their version
+counter moved): an in-place op that lost its write, or an op that changed an input it should not have.
+
+Backward: each input gradient of every autograd node the call created is checked against a CPU
+recomputation of the call's forward and backward, fed with the device's own output gradients.
+
+Random ops and ops without a comparable value are SKIP rows. A FAIL prints one line and saves the case
+(device inputs and outputs, the CPU outputs as ``reference_outputs``) under ``cases/`` of the run
+folder, ready for ``run_op_from_data --acc_check``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from diopi import case_format as cf
+from diopi.compare import TensorComparison, Verdict, compare_outputs, compare_tensors
+from op_tools import config
+from op_tools.capture import op_dir_name
+from op_tools.engine import OpCall, collect_tensors, print_line
+from op_tools.naming import QUIET_WRITERS
+from op_tools.results import ResultTable, choose_run_dir, process_rank
+from op_tools.tool import OpTool
+
+__all__ = ["OpAutoCompare"]
+
+#: Ops whose results have no comparable value (uninitialized memory).
+NO_VALUE_OPS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
+_VERDICT_NAMES = {Verdict.PASS: "PASS", Verdict.PASS_NOISE: "NOISE", Verdict.FAIL: "FAIL"}
+
+
+@dataclass
+class _CallState:
+    """What one call keeps until its backward pass: host copies of the inputs and their encoding."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    meta: dict[str, dict[str, Any]]
+    spans: dict[str, torch.Tensor]
+    writes: bool
+    versions: list[int]
+    device_inputs: list[torch.Tensor] | None
+    skip: str | None = None
+    autocast: bool = False  # autocast was on for the device: the kernel saw inputs cast to its output dtype
+    cast_to: torch.dtype | None = None
+    outputs_host: Any = None
+    saved_case: str | None = None
+    forward_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _host(value: Any) -> Any:
+    """``value`` with every tensor replaced by a detached host copy (structure kept)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, tuple):
+        items = [_host(v) for v in value]
+        return type(value)(items) if type(value).__module__ == "torch.return_types" else tuple(items)
+    if isinstance(value, list):
+        return [_host(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _host(v) for k, v in value.items()}
+    return value
+
+
+def _floating(value: Any) -> bool:
+    return any(t.is_floating_point() or t.is_complex() for t in collect_tensors(value, [], set()))
+
+
+class OpAutoCompare(OpTool):
+    """Compare every matched operator call on the device with the CPU, forward and backward.
+
+    Keywords (environment variable in brackets): ``ops`` / ``disable_ops`` [``OP_AUTOCOMPARE_LIST`` /
+    ``OP_AUTOCOMPARE_DISABLE_LIST``], ``steps`` [``OP_AUTOCOMPARE_STEPS``], ``device`` [``OP_TOOLS_DEVICE``],
+    ``atol`` / ``rtol`` (override every tolerance; otherwise per dtype and op from
+    ``AUTOCOMPARE_ERROR_TOLERANCE*``), ``noise_factor`` (2), ``results_dir`` [``OP_TOOLS_RESULTS_DIR``],
+    ``run_id`` [``OP_TOOLS_RUN_ID``], ``max_cases`` [``OP_AUTOCOMPARE_MAX_CASES``, 100]: FAIL cases saved
+    per run, ``report`` (write ``report.html`` at stop; default True).
+
+    After :meth:`stop`: :attr:`results` (every row), :attr:`counts` (rows per verdict), :attr:`failures`
+    (the FAIL rows in order), :attr:`run_dir`.
+    """
+
+    env_prefix = "OP_AUTOCOMPARE"
+    steps_env = config.AUTOCOMPARE_STEPS_ENV
+    wants_backward = True
+    backward_needs = "data"
+
+    def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
+                 device: str | torch.device | None = None, steps: Any = None, atol: float | None = None,
+                 rtol: float | None = None, noise_factor: float = 2.0,
+                 results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None,
+                 max_cases: int | None = None, report: bool = True) -> None:
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        self.atol, self.rtol, self.noise_factor = atol, rtol, noise_factor
+        self._results_dir, self._run_id = results_dir, run_id
+        if max_cases is None:
+            max_cases = int(os.environ.get(config.AUTOCOMPARE_MAX_CASES_ENV) or 100)
+        self.max_cases = max_cases
+        self.write_report = report
+        self.run_dir: Path | None = None
+        self.table: ResultTable | None = None
+        self.cases_saved = 0
+        self.calls_checked = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def on_start(self) -> None:
+        if self.run_dir is None:
+            self.run_dir = choose_run_dir("op_autocompare", self._results_dir, self._run_id)
+            self.table = ResultTable("OpAutoCompare", self.run_dir)
+
+    def on_stop(self) -> None:
+        if self.table is None:
+            return
+        self.table.close()
+        print_line(self.table.summary_line())
+        if self.write_report and self.table.jsonl_path.is_file():
+            try:
+                from op_tools.report import write_report
+
+                print_line(f"OpAutoCompare: report {write_report(self.run_dir, title='OpAutoCompare')}")
+            except Exception as exc:  # a report is a convenience: never fail the run for it
+                print_line(f"OpAutoCompare: no HTML report ({type(exc).__name__}: {exc})")
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        """Every result row so far (read back from ``results.jsonl``)."""
+        return self.table.rows if self.table is not None else []
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(self.table.counts) if self.table is not None else {}
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if r.get("verdict") == "FAIL"]
+
+    # -- forward ---------------------------------------------------------------------------------------
+    def before(self, call: OpCall) -> _CallState:
+        short = call.name.rsplit(".", 1)[-1]
+        if call.info.random:
+            return _CallState([], {}, {}, {}, False, [], None, skip="random op")
+        if short in NO_VALUE_OPS:
+            return _CallState([], {}, {}, {}, False, [], None, skip="no comparable value")
+        enc = cf.Encoder("i")
+        args = enc.encode(list(call.args))
+        kwargs = {k: enc.encode(v) for k, v in call.kwargs.items()}
+        kw = call.kwargs
+        writes = bool(call.info.inplace or call.name in QUIET_WRITERS
+                      or (kw and (kw.get("out") is not None or kw.get("inplace") is True)))
+        inputs = list(enc.tensors.values())
+        state = _CallState(args, kwargs, enc.meta, enc.data, writes, [t._version for t in inputs], inputs)
+        if enc.opaque:
+            state.skip = f"argument not comparable ({', '.join(enc.opaque)})"
+        state.autocast = torch.is_autocast_enabled(self.device_type)
+        return state
+
+    def after(self, call: OpCall, state: _CallState, output: Any) -> None:
+        self.calls_checked += 1
+        device_inputs, state.device_inputs = state.device_inputs, None
+        if state.skip is not None:
+            self._row(call, "forward", "SKIP", "-", message=state.skip)
+            return
+        actual = _host(output)
+        if state.autocast:
+            # Autocast casts the floating inputs inside the dispatcher, after this tool saw them; the CPU
+            # reference gets the same cast (to the dtype the device produced), whatever CPU autocast's lists say.
+            state.cast_to = next((t.dtype for t in collect_tensors(actual, [], set()) if t.is_floating_point()),
+                                 None)
+        try:
+            expected, reference_inputs = self._reference(call, state)
+        except Exception as exc:
+            self._row(call, "forward", "SKIP", "-", message=f"no CPU reference: {type(exc).__name__}: {exc}")
+            return
+        comparisons = self._compare(actual, expected, call.name)
+        if any(c.verdict == Verdict.FAIL for c in comparisons) and _floating(expected):
+            comparisons = self._compare(actual, expected, call.name, self._wide_reference(call, state))
+        for j, t in enumerate(device_inputs or []):
+            if state.writes or t._version != state.versions[j]:
+                key = f"i{j}"
+                comparisons.append(compare_tensors(_host(t), reference_inputs[key], op=call.name, atol=self.atol,
+                                                   rtol=self.rtol, noise_factor=self.noise_factor,
+                                                   path=f"input[{j}] (after)"))
+        failed = any(c.verdict == Verdict.FAIL for c in comparisons)
+        if failed:
+            state.saved_case = self._save_case(call, state, actual, expected, None)
+        for c in comparisons:
+            self._comparison_row(call, "forward", c, state.saved_case)
+        if call.backward_hooked:
+            state.outputs_host = actual
+        else:
+            state.spans = {}
+
+    def _reference(self, call: OpCall, state: _CallState, wide: bool = False,
+                   grad: bool = False) -> tuple[Any, dict[str, torch.Tensor]]:
+        """Run the call on the CPU on fresh copies of the inputs (float64 ones with ``wide``)."""
+        tensors = {}
+        for key, meta in state.meta.items():
+            span = state.spans[key]
+            target = None
+            if wide and (span.is_floating_point() or span.is_complex()):
+                target = torch.complex128 if span.is_complex() else torch.float64
+            elif state.cast_to is not None and not grad and span.is_floating_point():
+                target = state.cast_to
+            if target is not None and target != span.dtype:
+                meta = {**meta, "dtype": cf.dtype_name(target)}
+                span = span.to(target)
+            tensors[key] = cf.rebuild_tensor(meta, span, "cpu")
+        device_map = {self.device_type: "cpu"}
+        args = cf.decode_value(state.args, tensors, device_map)
+        kwargs = {k: cf.decode_value(v, tensors, device_map) for k, v in state.kwargs.items()}
+        if not grad:
+            with torch.no_grad():
+                return call.func(*args, **kwargs), tensors
+        return (args, kwargs), tensors
+
+    def _wide_reference(self, call: OpCall, state: _CallState) -> Any:
+        try:
+            return self._reference(call, state, wide=True)[0]
+        except Exception:  # an op without a float64 CPU kernel: judge by the tolerance alone
+            return None
+
+    def _compare(self, actual: Any, expected: Any, op: str, expected_fp64: Any = None) -> list[TensorComparison]:
+        return compare_outputs(actual, expected, expected_fp64=expected_fp64, op=op, atol=self.atol, rtol=self.rtol,
+                               noise_factor=self.noise_factor)
+
+    # -- backward --------------------------------------------------------------------------------------
+    def on_backward(self, call: OpCall, state: _CallState, grad_inputs: dict[int, Any],
+                    grad_outputs: dict[int, Any]) -> None:
+        if state is None or state.skip is not None or not state.spans or not grad_inputs:
+            return
+        try:
+            expected = self._reference_grads(call, state, grad_inputs, grad_outputs, wide=False)
+        except Exception as exc:
+            self._row(call, "backward", "SKIP", "-", message=f"no CPU reference: {type(exc).__name__}: {exc}")
+            state.spans = {}
+            return
+        comparisons = []
+        for j, ref in expected.items():
+            comparisons.append(compare_tensors(grad_inputs[j], ref, op=call.name, atol=self.atol, rtol=self.rtol,
+                                               noise_factor=self.noise_factor, path=f"grad_input[{j}]"))
+        if any(c.verdict == Verdict.FAIL for c in comparisons):
+            try:
+                wide = self._reference_grads(call, state, grad_inputs, grad_outputs, wide=True)
+            except Exception:
+                wide = {}
+            comparisons = [compare_tensors(grad_inputs[j], ref, expected_fp64=wide.get(j), op=call.name,
+                                           atol=self.atol, rtol=self.rtol, noise_factor=self.noise_factor,
+                                           path=f"grad_input[{j}]") for j, ref in expected.items()]
+            if any(c.verdict == Verdict.FAIL for c in comparisons) and state.saved_case is None:
+                state.saved_case = self._save_case(call, state, state.outputs_host, None,
+                                                   (grad_inputs, grad_outputs))
+        for c in comparisons:
+            self._comparison_row(call, "backward", c, state.saved_case)
+        state.spans, state.outputs_host = {}, None
+
+    def _reference_grads(self, call: OpCall, state: _CallState, grad_inputs: dict[int, Any],
+                         grad_outputs: dict[int, Any], wide: bool) -> dict[int, torch.Tensor]:
+        """Input gradients of the call recomputed on the CPU with the device's output gradients."""
+        (args, kwargs), tensors = self._reference(call, state, wide=wide, grad=True)
+        leaves: dict[int, torch.Tensor] = {}
+        holders: dict[int, torch.Tensor] = {}
+        for j in grad_inputs:
+            t = tensors.get(f"i{j}")
+            if t is not None and (t.is_floating_point() or t.is_complex()):
+                leaves[j] = t.requires_grad_()
+        with torch.enable_grad():
+            # A non-leaf holder per input, so in-place ops are allowed and gradients reach the leaf.
+            cast = state.cast_to if not wide else None
+            for j, leaf in leaves.items():
+                holders[j] = leaf.clone() if cast is None or not leaf.is_floating_point() else leaf.to(cast, copy=True)
+            swap = {id(leaf): holders[j] for j, leaf in leaves.items()}
+            args = _swap(args, swap)
+            kwargs = {k: _swap(v, swap) for k, v in kwargs.items()}
+            out = call.func(*args, **kwargs)
+            outs = collect_tensors(out, [], set())
+            roots, grads = [], []
+            for k, g in grad_outputs.items():
+                if k < len(outs) and outs[k].requires_grad and isinstance(g, torch.Tensor):
+                    roots.append(outs[k])
+                    grads.append(g.to(outs[k].dtype))
+            if not roots or not leaves:
+                return {}
+            order = list(leaves)
+            result = torch.autograd.grad(roots, [leaves[j] for j in order], grads, allow_unused=True)
+        dtype_of = {j: grad_inputs[j].dtype for j in order}
+        return {j: (r.to(dtype_of[j]) if not wide else r) for j, r in zip(order, result, strict=True)
+                if r is not None}
+
+    # -- rows and cases --------------------------------------------------------------------------------
+    def _row(self, call: OpCall, phase: str, verdict: str, index: str, **fields: Any) -> None:
+        if self.table is None:
+            return
+        self.table.add({"id": call.call_id, "name": call.name, "phase": phase, "verdict": verdict, "index": index,
+                        "step": call.step, "call_site": call.call_site, **fields})
+
+    def _comparison_row(self, call: OpCall, phase: str, c: TensorComparison, case_dir: str | None) -> None:
+        verdict = _VERDICT_NAMES[c.verdict]
+        self._row(call, phase, verdict, c.path, max_abs_diff=c.max_abs_error, max_rel_diff=c.max_rel_error,
+                  cosine=c.cosine_similarity, atol=c.atol, rtol=c.rtol, message=c.message,
+                  case_dir=case_dir if verdict == "FAIL" else None)
+        if verdict == "FAIL":
+            where = f"; case {case_dir}" if case_dir else ""
+            print_line(f"OpAutoCompare: FAIL {call.name} #{call.call_id} {phase} {c.path}: max abs diff "
+                       f"{c.max_abs_error:.3g}, max rel diff {c.max_rel_error:.3g}, cosine {c.cosine_similarity:.6f} "
+                       f"(atol {c.atol:g}, rtol {c.rtol:g}) at {call.call_site}{where}")
+
+    def _save_case(self, call: OpCall, state: _CallState, actual: Any, expected: Any,
+                   grads: tuple[dict[int, Any], dict[int, Any]] | None) -> str | None:
+        """Write the failing call as a case (relative folder name), or None past ``max_cases``."""
+        if self.run_dir is None or self.cases_saved >= self.max_cases:
+            return None
+        relative = f"cases/{op_dir_name(call.name)}/{call.call_id}"
+        case_dir = self.run_dir / relative
+        device = next((m["device"] for m in state.meta.values() if cf.device_type(m["device"]) == self.device_type),
+                      self.device_type)
+        out_enc = cf.Encoder("o")
+        outputs = out_enc.encode(actual)
+        for meta in out_enc.meta.values():
+            meta["device"] = device
+        tensors = {**state.meta, **out_enc.meta}
+        data = {**state.spans, **out_enc.data}
+        record: dict[str, Any] = {
+            "format": cf.FORMAT_NAME, "version": cf.FORMAT_VERSION, "op": call.name, "id": call.call_id,
+            "step": call.step, "rank": process_rank(), "call_site": call.call_site, "device": device,
+            "inplace": state.writes, "random": call.info.random, "mode": "data", "args": state.args,
+            "kwargs": state.kwargs, "outputs": outputs, "tensors": tensors, "opaque": [], "backward": None,
+            "tool": "OpAutoCompare",
+        }
+        if expected is not None:
+            ref_enc = cf.Encoder("r")
+            record["reference_outputs"] = ref_enc.encode(expected)
+            tensors.update(ref_enc.meta)
+            data.update(ref_enc.data)
+        if grads is not None:
+            section: dict[str, Any] = {"grad_inputs": {}, "grad_outputs": {}, "tensors": {}}
+            output_keys = [out_enc.key_of(t) for t in collect_tensors(actual, [], set())]
+            for name, by_index, keys in (("grad_inputs", grads[0], None), ("grad_outputs", grads[1], output_keys)):
+                for index, g in by_index.items():
+                    key = f"i{index}" if keys is None else (keys[index] if index < len(keys) else None)
+                    if key is None or not isinstance(g, torch.Tensor):
+                        continue
+                    gkey = f"g{key}"
+                    section[name][key] = gkey
+                    meta = cf.tensor_meta(g)
+                    meta["device"] = device
+                    section["tensors"][gkey] = meta
+                    data[gkey] = cf.host_span(g)
+            record["backward"] = section
+        try:
+            case_dir.mkdir(parents=True, exist_ok=True)
+            cf.write_tensors(case_dir / cf.TENSORS_FILE, data)
+            cf.write_json(case_dir / cf.CASE_FILE, record)
+        except OSError as exc:
+            print_line(f"OpAutoCompare: could not save {case_dir} ({exc.strerror or exc})")
+            return None
+        self.cases_saved += 1
+        return relative
+
+
+def _swap(value: Any, swap: dict[int, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return swap.get(id(value), value)
+    if isinstance(value, tuple):
+        items = [_swap(v, swap) for v in value]
+        return type(value)(items) if type(value).__module__ == "torch.return_types" else tuple(items)
+    if isinstance(value, list):
+        return [_swap(v, swap) for v in value]
+    if isinstance(value, dict):
+        return {k: _swap(v, swap) for k, v in value.items()}
+    return value

@@ -1,0 +1,175 @@
+"""OpDtypeCast: run the device's operator calls in a wider dtype (float16/bfloat16 in float32 by default).
+
+Floating inputs whose dtype is a key of the cast table are cast on the device with a differentiable
+``.to(dtype)``; the call runs; floating outputs in the wider dtype are cast back to the dtype the call would
+have given (the promotion of its floating inputs' original dtypes). Gradients flow through both casts. An
+in-place call writes into a cast copy, which is copied back into the original tensor (the call returns the
+original). Calls that choose a dtype themselves (``x.float()``, ``x.to(torch.float32)``, ``dtype=``) and
+views (a cast copy would break writes through them) run unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from op_tools import config
+from op_tools.engine import OpCall, print_line
+from op_tools.fallback import makes_view, map_tensors
+from op_tools.results import ResultTable, choose_run_dir
+from op_tools.tool import OpTool
+
+__all__ = ["DEFAULT_CAST", "OpDtypeCast", "parse_cast"]
+
+#: The default cast table (also ``OP_DTYPE_CAST_DICT``'s syntax).
+DEFAULT_CAST = "torch.float16->torch.float32,torch.bfloat16->torch.float32"
+# Calls whose purpose is a dtype (casting around them would undo it) and calls that compute nothing.
+_CONVERSIONS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short",
+                          "char", "byte", "bool", "cpu", "cuda", "view", "view_as", "detach", "detach_", "set_",
+                          "resize_"})
+
+
+def _dtype(text: str, source: str) -> torch.dtype:
+    name = text.strip().removeprefix("torch.")
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{source}: {text.strip()!r} is not a floating dtype (example: {DEFAULT_CAST})")
+    return dtype
+
+
+def parse_cast(value: str | dict[Any, Any], source: str = config.DTYPE_CAST_DICT_ENV) -> dict[torch.dtype, torch.dtype]:
+    """``"torch.float16->torch.float32,bfloat16->float32"`` (or a dict of dtypes or names) -> the cast table;
+    a malformed value raises ValueError naming ``source``."""
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    else:
+        pairs = []
+        for entry in (e for e in str(value).split(",") if e.strip()):
+            parts = entry.split("->")
+            if len(parts) != 2:
+                raise ValueError(f"{source}: entry {entry.strip()!r} is not 'from->to' (example: {DEFAULT_CAST})")
+            pairs.append((parts[0], parts[1]))
+    table = {}
+    for key, target in pairs:
+        src = key if isinstance(key, torch.dtype) else _dtype(str(key), source)
+        dst = target if isinstance(target, torch.dtype) else _dtype(str(target), source)
+        if src is not dst:
+            table[src] = dst
+    return table
+
+
+def _promoted(tensors: list[torch.Tensor]) -> torch.dtype | None:
+    """The floating dtype ``tensors`` promote to (zero-dimensional ones count only when alone, as in
+    PyTorch's type promotion)."""
+    floats = [t for t in tensors if t.is_floating_point()]
+    dims = [t for t in floats if t.dim() > 0] or floats
+    result = None
+    for t in dims:
+        result = t.dtype if result is None else torch.promote_types(result, t.dtype)
+    return result
+
+
+class OpDtypeCast(OpTool):
+    """Run matched calls on the device with some floating dtypes widened.
+
+    Keywords (environment variable in brackets): ``cast`` [``OP_DTYPE_CAST_DICT``], default
+    ``torch.float16->torch.float32,torch.bfloat16->torch.float32``; ``ops``/``disable_ops``
+    [``OP_DTYPE_CAST_LIST`` / ``OP_DTYPE_CAST_DISABLE_LIST``], ``device`` [``OP_TOOLS_DEVICE``], ``steps``,
+    ``results_dir`` [``OP_TOOLS_RESULTS_DIR``], ``run_id`` [``OP_TOOLS_RUN_ID``]. :attr:`results` holds one
+    row per cast call.
+    """
+
+    env_prefix = "OP_DTYPE_CAST"
+    executes = True
+
+    def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
+                 device: str | torch.device | None = None, steps: Any = None,
+                 cast: str | dict[Any, Any] | None = None, results_dir: str | os.PathLike[str] | None = None,
+                 run_id: str | None = None) -> None:
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        source = config.DTYPE_CAST_DICT_ENV if cast is None else f"cast= ({config.DTYPE_CAST_DICT_ENV} syntax)"
+        if cast is None:
+            cast = os.environ.get(config.DTYPE_CAST_DICT_ENV) or DEFAULT_CAST
+        self.cast = parse_cast(cast, source)
+        self.results_dir = results_dir
+        self.run_id = run_id
+        self.table: ResultTable | None = None
+        self.casts = 0
+
+    def on_start(self) -> None:
+        self.table = ResultTable(self.name, choose_run_dir("op_dtype_cast", self.results_dir, self.run_id))
+
+    def on_stop(self) -> None:
+        if self.table is not None:
+            self.table.close()
+            where = f"; rows in {self.table.run_dir}" if self.casts else ""
+            print_line(f"{self.name}: {self.casts} calls ran with cast dtypes{where}")
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        """One row per cast call (read back from ``results.jsonl``)."""
+        return self.table.rows if self.table is not None else []
+
+    def before(self, call: OpCall) -> torch.dtype | None:
+        """The dtype floating outputs go back to, or None to leave the call alone."""
+        if call.outputs or call.name.rsplit(".", 1)[-1] in _CONVERSIONS:
+            return None
+        if not any(t.device.type == self.device_type for t in call.inputs):
+            return None
+        if any(isinstance(v, torch.dtype) for v in (*call.args, *call.kwargs.values())):
+            return None  # the call chooses its dtype
+        if not any(t.dtype in self.cast for t in call.inputs):
+            return None
+        return _promoted(call.inputs)
+
+    def execute(self, call: OpCall, state: torch.dtype | None, func: Any, args: tuple, kwargs: dict) -> Any:
+        with torch._C.DisableTorchFunction():
+            return self._run(call, state, func, args, kwargs)
+
+    def _run(self, call: OpCall, back: torch.dtype | None, func: Any, args: tuple, kwargs: dict) -> Any:
+        origin: dict[int, torch.Tensor] = {}  # id(cast copy) -> original
+        copies: dict[int, torch.Tensor] = {}
+
+        def widen(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor) or value.dtype not in self.cast:
+                return value
+            copy = copies.get(id(value))
+            if copy is None:
+                copy = copies[id(value)] = value.to(self.cast[value.dtype])
+                origin[id(copy)] = value
+            return copy
+
+        cargs, ckwargs = map_tensors(args, widen), map_tensors(kwargs, widen)
+        used = list(copies.values())
+        versions = [t._version for t in used]
+        out = func(*cargs, **ckwargs)
+        if makes_view(out, origin):
+            return func(*args, **kwargs)  # a view of a cast copy: the original's view is wanted
+        for copy, version in zip(used, versions, strict=True):
+            if copy._version != version:
+                origin[id(copy)].copy_(copy)
+        narrow = back if back in self.cast else None
+
+        def restore(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor):
+                return value
+            if id(value) in origin:
+                return origin[id(value)]
+            if narrow is not None and value.dtype == self.cast[narrow]:
+                return value.to(narrow)
+            return value
+
+        result = map_tensors(out, restore)
+        self._record(call, sorted({(str(origin[id(c)].dtype), str(c.dtype)) for c in used}))
+        return result
+
+    def _record(self, call: OpCall, pairs: list[tuple[str, str]]) -> None:
+        self.casts += 1
+        if self.table is None:
+            return
+        text = ", ".join(f"{a.removeprefix('torch.')}->{b.removeprefix('torch.')}" for a, b in pairs)
+        self.table.add({"id": call.call_id, "name": call.name, "phase": "forward", "verdict": "PASS",
+                        "step": call.step, "dtype": pairs[0][0].removeprefix("torch.") if pairs else "",
+                        "message": f"ran in {text}", "call_site": call.call_site})
