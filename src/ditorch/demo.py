@@ -3,14 +3,23 @@
 The whole training loop is :func:`train`; the model and data builders are small helpers so a reader
 sees in one place what runs. Data are synthetic: a random token pattern (from a seeded generator)
 repeated along the sequence, so a correct device makes the loss fall visibly within a few steps.
+
+``--autocompare`` trains under :class:`op_tools.OpAutoCompare` (every operator call on the device checked
+against the CPU). ``--fault OP:KIND[:PARAM]`` rehearses a debugging session: it injects a droplet fault
+for the run (only on droplet's simulated dipu device), checks with OpAutoCompare and names the op the tool
+found first; the exit status says whether the tool found the fault (0) or not (1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -23,6 +32,8 @@ DEFAULT_LR = 1e-3
 BATCH_SIZE = 4
 SEQ_LEN = 64
 PATTERN_LEN = 8
+#: Exit status of a demo that cannot run as asked (``--fault`` without droplet's dipu, a malformed fault).
+EXIT_USAGE = 2
 
 
 def tiny_llama(seed: int = DEFAULT_SEED) -> torch.nn.Module:
@@ -62,23 +73,29 @@ class DemoResult:
 
 
 def train(device: torch.device, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED, lr: float = DEFAULT_LR,
-          on_step: Callable[[int, float], None] | None = None) -> DemoResult:
-    """Train the tiny Llama for ``steps`` AdamW steps on ``device``; ``on_step(step, loss)`` after each."""
+          on_step: Callable[[int, float], None] | None = None,
+          watch: AbstractContextManager | None = None) -> DemoResult:
+    """Train the tiny Llama for ``steps`` AdamW steps on ``device``; ``on_step(step, loss)`` after each.
+
+    ``watch`` (an op tool such as :class:`op_tools.OpAutoCompare`, or any context manager) is active
+    around the training steps.
+    """
     model = tiny_llama(seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     batches = synthetic_batches(steps, seed)
     result = DemoResult(device)
     start = time.perf_counter()
-    for step, batch in enumerate(batches, 1):
-        input_ids = batch.to(device)
-        loss = model(input_ids=input_ids, labels=input_ids).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        value = loss.item()
-        result.losses.append(value)
-        if on_step is not None:
-            on_step(step, value)
+    with watch if watch is not None else contextlib.nullcontext():
+        for step, batch in enumerate(batches, 1):
+            input_ids = batch.to(device)
+            loss = model(input_ids=input_ids, labels=input_ids).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            value = loss.item()
+            result.losses.append(value)
+            if on_step is not None:
+                on_step(step, value)
     result.seconds = time.perf_counter() - start
     return result
 

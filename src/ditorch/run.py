@@ -6,30 +6,110 @@ would run it: ``sys.argv`` is the script's argv and the script's directory comes
 The script's exit status and exceptions propagate unchanged (``sys.exit(3)`` exits with 3, an uncaught
 exception prints its traceback and exits with 1).
 
-Options before ``--`` belong to ditorch (later issues add tool options here); everything after the
-script path belongs to the script.
+Options before ``--`` belong to ditorch; everything after the script path belongs to the script. The
+options switch op_tools' checking tools on for the whole script (op_tools is imported only then):
+
+- ``--autocompare``: :class:`op_tools.OpAutoCompare` (every call on the device checked against the CPU);
+- ``--overflow-check``: :class:`op_tools.OpOverflowCheck` (the calls that produce NaN or Inf);
+- ``--fallback OPS``: :class:`op_tools.OpFallback` for the comma-separated op regexes (``OP_FALLBACK_LIST``
+  syntax);
+- ``--dtype-cast DICT``: :class:`op_tools.OpDtypeCast` with the cast table (``OP_DTYPE_CAST_DICT`` syntax,
+  ``torch.float16->torch.float32,...``).
+
+The tools are built after ``import ditorch``, so they watch the accelerator the adapter activated, and
+each tool's environment variables still apply (``OP_AUTOCOMPARE_DISABLE_LIST``, ``OP_TOOLS_RESULTS_DIR``,
+...). They start just before the script runs and stop after it, also when it raises or calls
+``sys.exit``, so their summaries are always printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import re
 import runpy
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 #: Exit status when the script cannot be opened (the same as ``python missing.py``).
 EXIT_NO_SCRIPT = 2
+#: Exit status when a checking tool cannot be set up (a malformed tool environment variable).
+EXIT_BAD_TOOL = 2
+
+
+def _op_list(text: str) -> str:
+    """``--fallback``'s value: comma-separated whole-name regular expressions, at least one."""
+    entries = [e.strip() for e in text.split(",") if e.strip()]
+    if not entries:
+        raise argparse.ArgumentTypeError("expected at least one op name or regular expression "
+                                         "(example: torch.nn.functional.linear,torch.matmul)")
+    for entry in entries:
+        try:
+            re.compile(entry)
+        except re.error as exc:
+            raise argparse.ArgumentTypeError(f"{entry!r} is not a valid regular expression: {exc}") from None
+    return ",".join(entries)
+
+
+def _cast_table(text: str) -> str:
+    """``--dtype-cast``'s value, checked with op_tools' own parser (imported only when the option is given)."""
+    from op_tools.dtype_cast import parse_cast
+
+    try:
+        table = parse_cast(text, "--dtype-cast")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--dtype-cast: ")) from None
+    if not table:
+        raise argparse.ArgumentTypeError("the table casts nothing (example: torch.float16->torch.float32)")
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Configure the ``run`` subcommand's parser. Options (added by later issues) go before ``--``."""
+    """Configure the ``run`` subcommand's parser: the tool options (before ``--``) and the script."""
+    tools = parser.add_argument_group(
+        "checking tools", "op_tools' tools, active for the whole script; each tool's environment variables "
+                          "(OP_<TOOL>_LIST, OP_<TOOL>_DISABLE_LIST, OP_TOOLS_RESULTS_DIR, ...) still apply")
+    tools.add_argument("--autocompare", action="store_true",
+                       help="check every operator call on the device against the CPU (op_tools.OpAutoCompare); "
+                            "results and report.html under $OP_TOOLS_RESULTS_DIR or op_tools_results")
+    tools.add_argument("--overflow-check", action="store_true",
+                       help="name the operator calls that produce NaN or Inf (op_tools.OpOverflowCheck)")
+    tools.add_argument("--fallback", metavar="OPS", type=_op_list, default=None,
+                       help="run these ops on the CPU (op_tools.OpFallback): comma-separated whole-name "
+                            "regular expressions, as in OP_FALLBACK_LIST (e.g. torch.nn.functional.linear)")
+    tools.add_argument("--dtype-cast", metavar="DICT", type=_cast_table, default=None,
+                       help="run ops with these dtypes widened (op_tools.OpDtypeCast), as in OP_DTYPE_CAST_DICT "
+                            "(e.g. torch.float16->torch.float32,torch.bfloat16->torch.float32)")
     parser.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="-- script.py [args ...]",
         help="the script to run and its arguments; '--' separates them from ditorch's options "
              "(optional when the script path does not start with '-')",
     )
+
+
+def build_tools(args: argparse.Namespace) -> list[AbstractContextManager]:
+    """The checking tools the options ask for, in start order (none: op_tools is not imported).
+
+    Observers first, executing tools last: when both ``--dtype-cast`` and ``--fallback`` match a call, the
+    tool started last (the fallback) runs it. Call after ``import ditorch`` so the tools watch its device.
+    """
+    if not (args.autocompare or args.overflow_check or args.fallback or args.dtype_cast):
+        return []
+    import op_tools
+
+    tools: list[AbstractContextManager] = []
+    if args.autocompare:
+        tools.append(op_tools.OpAutoCompare())
+    if args.overflow_check:
+        tools.append(op_tools.OpOverflowCheck())
+    if args.dtype_cast:
+        tools.append(op_tools.OpDtypeCast(cast=args.dtype_cast))
+    if args.fallback:
+        tools.append(op_tools.OpFallback(ops=args.fallback))
+    return tools
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -40,14 +120,22 @@ def handle(args: argparse.Namespace) -> int:
     if not command:
         print("ditorch run: no script given (usage: ditorch run [options] -- script.py [args ...])", file=sys.stderr)
         return EXIT_NO_SCRIPT
-    return run_script(command[0], command[1:])
+    importlib.import_module("ditorch")  # the adapter is active before the tools choose their device
+    try:
+        tools = build_tools(args)
+    except ValueError as exc:  # a malformed OP_* environment variable
+        print(f"ditorch run: {exc}", file=sys.stderr)
+        return EXIT_BAD_TOOL
+    return run_script(command[0], command[1:], tools)
 
 
-def run_script(script: str, args: Sequence[str] = ()) -> int:
+def run_script(script: str, args: Sequence[str] = (), tools: Sequence[AbstractContextManager] = ()) -> int:
     """Import ditorch, then run ``script`` as ``__main__`` with ``args``; 0 when it returns normally.
 
-    ``SystemExit`` raised by the script and any other exception propagate to the caller. ``sys.argv``
-    and ``sys.path`` are restored afterwards, so this can also be called in-process.
+    ``tools`` (context managers, e.g. op_tools' tools) are entered just before the script runs and exited
+    after it in reverse order, whatever way it ends. ``SystemExit`` raised by the script and any other
+    exception propagate to the caller. ``sys.argv`` and ``sys.path`` are restored afterwards, so this can
+    also be called in-process.
     """
     if not os.path.isfile(script):
         reason = "is a directory" if os.path.isdir(script) else "No such file"
@@ -59,7 +147,10 @@ def run_script(script: str, args: Sequence[str] = ()) -> int:
     sys.argv = [script, *args]
     sys.path.insert(0, script_dir)
     try:
-        runpy.run_path(script, run_name="__main__")
+        with contextlib.ExitStack() as active:
+            for tool in tools:
+                active.enter_context(tool)
+            runpy.run_path(script, run_name="__main__")
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path

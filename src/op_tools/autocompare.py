@@ -28,7 +28,7 @@ from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs, compare_tensors
 from op_tools import config
 from op_tools.capture import op_dir_name
-from op_tools.engine import OpCall, collect_tensors, print_line
+from op_tools.engine import OpCall, collect_tensors, map_tensors, print_line
 from op_tools.naming import QUIET_WRITERS
 from op_tools.results import ResultTable, choose_run_dir, process_rank
 from op_tools.tool import OpTool
@@ -61,16 +61,7 @@ class _CallState:
 
 def _host(value: Any) -> Any:
     """``value`` with every tensor replaced by a detached host copy (structure kept)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, tuple):
-        items = [_host(v) for v in value]
-        return type(value)(items) if type(value).__module__ == "torch.return_types" else tuple(items)
-    if isinstance(value, list):
-        return [_host(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _host(v) for k, v in value.items()}
-    return value
+    return map_tensors(value, lambda v: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
 
 
 def _floating(value: Any) -> bool:
@@ -280,8 +271,8 @@ class OpAutoCompare(OpTool):
             for j, leaf in leaves.items():
                 holders[j] = leaf.clone() if cast is None or not leaf.is_floating_point() else leaf.to(cast, copy=True)
             swap = {id(leaf): holders[j] for j, leaf in leaves.items()}
-            args = _swap(args, swap)
-            kwargs = {k: _swap(v, swap) for k, v in kwargs.items()}
+            args, kwargs = map_tensors((args, kwargs),
+                                       lambda v: swap.get(id(v), v) if isinstance(v, torch.Tensor) else v)
             out = call.func(*args, **kwargs)
             outs = collect_tensors(out, [], set())
             roots, grads = [], []
@@ -366,16 +357,3 @@ class OpAutoCompare(OpTool):
             return None
         self.cases_saved += 1
         return relative
-
-
-def _swap(value: Any, swap: dict[int, torch.Tensor]) -> Any:
-    if isinstance(value, torch.Tensor):
-        return swap.get(id(value), value)
-    if isinstance(value, tuple):
-        items = [_swap(v, swap) for v in value]
-        return type(value)(items) if type(value).__module__ == "torch.return_types" else tuple(items)
-    if isinstance(value, list):
-        return [_swap(v, swap) for v in value]
-    if isinstance(value, dict):
-        return {k: _swap(v, swap) for k, v in value.items()}
-    return value

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from op_tools import config
-from op_tools.engine import OpCall, print_line
-from op_tools.fallback import makes_view, map_tensors
+from op_tools.engine import OpCall, map_tensors, print_line
+from op_tools.fallback import makes_view
 from op_tools.results import ResultTable, choose_run_dir
 from op_tools.tool import OpTool
 

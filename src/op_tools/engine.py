@@ -35,7 +35,7 @@ from op_tools.steps import current_step
 if TYPE_CHECKING:
     from op_tools.tool import OpTool
 
-__all__ = ["OpCall", "collect_tensors", "engine", "internal", "run_call"]
+__all__ = ["OpCall", "collect_tensors", "engine", "internal", "map_tensors", "run_call"]
 
 
 class internal:  # noqa: N801 (used like a function: ``with internal():``)
@@ -119,6 +119,29 @@ def collect_tensors(value: Any, into: list[torch.Tensor], seen: set[int]) -> lis
     elif isinstance(value, slice):
         collect_tensors((value.start, value.stop, value.step), into, seen)
     return into
+
+
+def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``value`` with ``fn`` applied to every leaf in nested tuples (named or not, ``torch.return_types``),
+    lists, dicts and slices; containers are rebuilt only when a leaf changed."""
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        items = [map_tensors(v, fn) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        if isinstance(value, list):
+            return items
+        if hasattr(type(value), "n_fields"):  # torch.return_types structseq
+            return type(value)(items)
+        if hasattr(value, "_fields"):  # namedtuple
+            return type(value)(*items)
+        return tuple(items)
+    if isinstance(value, dict):
+        mapped = {k: map_tensors(v, fn) for k, v in value.items()}
+        return value if all(mapped[k] is value[k] for k in value) else mapped
+    if isinstance(value, slice):
+        parts = [map_tensors(p, fn) for p in (value.start, value.stop, value.step)]
+        return slice(*parts)
+    return fn(value)
 
 
 def _on_device(tensors: Iterable[torch.Tensor], device_type: str) -> bool:

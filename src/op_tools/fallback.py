@@ -12,13 +12,12 @@ device (``x.cpu()``, ``x.to("cpu")``) are left alone.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from op_tools import config
-from op_tools.engine import OpCall, collect_tensors, print_line
+from op_tools.engine import OpCall, collect_tensors, map_tensors, print_line
 from op_tools.naming import QUIET_WRITERS
 from op_tools.results import ResultTable, choose_run_dir
 from op_tools.tool import OpTool
@@ -30,29 +29,6 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 _RUN_IN_PLACE = frozenset({"detach", "detach_", "set_", "resize_", "resize_as_", "as_strided_", "record_stream",
                            "pin_memory", "share_memory_"})
 _LEAVE_DEVICE = frozenset({"torch.Tensor.cpu", "torch.Tensor.cuda", "torch.Tensor.numpy"})
-
-
-def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
-    """``value`` with ``fn`` applied to every leaf in nested tuples (named or not, ``torch.return_types``),
-    lists, dicts and slices; containers are rebuilt only when a leaf changed."""
-    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        items = [map_tensors(v, fn) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        if isinstance(value, list):
-            return items
-        if hasattr(type(value), "n_fields"):  # torch.return_types structseq
-            return type(value)(items)
-        if hasattr(value, "_fields"):  # namedtuple
-            return type(value)(*items)
-        return tuple(items)
-    if isinstance(value, dict):
-        mapped = {k: map_tensors(v, fn) for k, v in value.items()}
-        return value if all(mapped[k] is value[k] for k in value) else mapped
-    if isinstance(value, slice):
-        parts = [map_tensors(p, fn) for p in (value.start, value.stop, value.step)]
-        return slice(*parts)
-    return fn(value)
 
 
 def makes_view(out: Any, origin: dict[int, torch.Tensor], cpu_copies: list[torch.Tensor] = ()) -> bool:

@@ -36,7 +36,7 @@ _NON_OP_FUNCTIONS = {
     "torch.autograd.backward", "torch.autograd.grad", "torch.is_tensor", "torch.is_storage",
     "torch.numel", "torch.is_complex", "torch.is_floating_point", "torch.is_nonzero", "torch.is_grad_enabled",
     "torch.is_inference_mode_enabled", "torch.get_default_dtype", "torch.result_type", "torch.can_cast",
-    "torch.promote_types",
+    "torch.promote_types", "torch._has_compatible_shallow_copy_type",
 }
 _INPLACE_DUNDERS = {
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__",
