@@ -21,7 +21,8 @@ def _non_negative_int(text: str) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ditorch import demo
 
-    return demo.run(steps=args.steps, device=args.device, seed=args.seed, lr=args.lr)
+    return demo.run(steps=args.steps, device=args.device, seed=args.seed, lr=args.lr, autocompare=args.autocompare,
+                    fault=args.fault, results_dir=args.results_dir)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -53,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=demo.DEFAULT_SEED, help=f"random seed (default {demo.DEFAULT_SEED})")
     p.add_argument("--lr", type=float, default=demo.DEFAULT_LR,
                    help=f"AdamW learning rate (default {demo.DEFAULT_LR:g})")
+    p.add_argument("--autocompare", action="store_true",
+                   help="train under op_tools.OpAutoCompare: every operator call on the device is checked against "
+                        "the CPU; prints the counts and the path of report.html")
+    p.add_argument("--fault", metavar="OP:KIND[:PARAM]", default=None,
+                   help="rehearse a debugging session on droplet's dipu: inject this fault (DROPLET_FAULTS syntax, "
+                        "e.g. mm:bias:0.5) for the run, check with --autocompare and print the op it named first; "
+                        "exit status 0 when a FAIL was found, 1 when none")
+    p.add_argument("--results-dir", metavar="DIR", default=None,
+                   help="where --autocompare writes (default $OP_TOOLS_RESULTS_DIR or op_tools_results)")
     p.set_defaults(handler=_demo)
 
     p = commands.add_parser("info", help="show the framework, devices, adapters and DITORCH_* switches",
@@ -67,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run an unmodified (CUDA-style) script with ditorch active",
         usage="%(prog)s [options] -- script.py [args ...]",
         description="Import ditorch (vendor adapter and cuda mocking), then run the script as __main__ with "
-                    "its own arguments, as `python script.py args` would. Options before '--' are ditorch's; "
-                    "the script's exit status and exceptions propagate.",
+                    "its own arguments, as `python script.py args` would. Options before '--' are ditorch's (they "
+                    "switch op_tools' checking tools on for the whole script); the script's exit status and "
+                    "exceptions propagate.",
     )
     run_command.add_arguments(p)
     p.set_defaults(handler=run_command.handle)

@@ -112,35 +112,116 @@ def describe(device: torch.device) -> str:
     return f"{torch.device(device.type, index)} ({name})"
 
 
-def run(steps: int = DEFAULT_STEPS, device: str | None = None, seed: int = DEFAULT_SEED,
-        lr: float = DEFAULT_LR) -> int:
-    """The ``ditorch demo`` command: returns the process exit code."""
+class DemoError(Exception):
+    """The demo cannot run as asked; the message says why."""
+
+
+def fault_switches(target: torch.device, fault: str) -> AbstractContextManager:
+    """droplet's switches injecting ``fault`` (``DROPLET_FAULTS`` syntax: ``OP:KIND[:PARAM]``, comma-separated)
+    inside a ``with`` block. :class:`DemoError` unless ``target`` is droplet's simulated dipu device."""
+    if target.type != "dipu":
+        raise DemoError(f"--fault injects a fault into droplet, the simulated dipu device, but the demo runs on "
+                        f"{target} (use --device dipu)")
+    from torch_dipu.vendors import droplet
+
+    try:
+        droplet.runtime()
+    except RuntimeError as exc:
+        raise DemoError(f"--fault needs droplet's simulated dipu device: {exc} (DIPU_DEVICE=droplet selects it)") \
+            from None
+    try:
+        faults = droplet.parse_faults(fault, source="--fault")
+    except ValueError as exc:
+        raise DemoError(str(exc)) from None
+    if not faults:
+        raise DemoError("--fault: no fault given (example: --fault mm:bias:0.5)")
+    return droplet.switches(faults=faults)
+
+
+def describe_row(row: dict[str, Any]) -> str:
+    """``torch.nn.functional.linear forward out (call #12, step 0, at model.py:40 forward: ...)``: one result row."""
+    return (f"{row.get('name')} {row.get('phase')} {row.get('index')} "
+            f"(call #{row.get('id')}, step {row.get('step')}, at {row.get('call_site')})")
+
+
+def run(steps: int = DEFAULT_STEPS, device: str | None = None, seed: int = DEFAULT_SEED, lr: float = DEFAULT_LR,
+        autocompare: bool = False, fault: str | None = None, results_dir: str | Path | None = None) -> int:
+    """The ``ditorch demo`` command: returns the process exit code.
+
+    ``autocompare`` trains under OpAutoCompare (results under ``results_dir``, else ``OP_TOOLS_RESULTS_DIR``,
+    else ``op_tools_results``). ``fault`` implies it and injects that droplet fault; the exit code is then 0
+    when OpAutoCompare reported a FAIL (the rehearsal worked) and 1 when it reported none.
+    """
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(highlight=False, soft_wrap=True)
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
     target = best_device(device)
     console.print(f"device: {describe(target)}")
     console.print(f"model: tiny Llama (2 layers, hidden 128, vocab {VOCAB_SIZE}), batch {BATCH_SIZE}x{SEQ_LEN}, "
                   f"AdamW lr={lr:g}, seed {seed}")
+    inject: AbstractContextManager = contextlib.nullcontext()
+    checker = None
+    if fault is not None:
+        try:
+            inject = fault_switches(target, fault)
+        except DemoError as exc:
+            errors.print(f"[red]error: {escape(str(exc))}[/red]")
+            return EXIT_USAGE
+        console.print(f"fault: {escape(fault)} injected into droplet for the run")
+    if autocompare or fault is not None:
+        if target.type == "cpu":
+            errors.print("[red]error: --autocompare checks a device against the CPU, but the demo runs on the "
+                         "CPU[/red]")
+            return EXIT_USAGE
+        from op_tools import OpAutoCompare
+
+        checker = OpAutoCompare(device=target, results_dir=results_dir)
+        console.print("checking: OpAutoCompare compares every operator call with the CPU (slower)")
     progress = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[loss]}"), console=console, transient=True,
                         disable=not console.is_terminal)  # logs and pipes get the step lines only
-    with progress:
+    with progress, inject:
         task = progress.add_task("train", total=steps, loss="")
 
         def on_step(step: int, loss: float) -> None:
             progress.console.print(f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}")
             progress.update(task, advance=1, loss=f"loss {loss:.4f}")
 
-        result = train(target, steps=steps, seed=seed, lr=lr, on_step=on_step)
+        result = train(target, steps=steps, seed=seed, lr=lr, on_step=on_step, watch=checker)
+    status = 0
     if not result.losses:
         console.print(f"done: device {target}, 0 steps")
-        return 0
-    first, last = result.losses[0], result.losses[-1]
-    console.print(f"done: device {target}, {steps} steps, loss {first:.4f} -> {last:.4f}, "
-                  f"{result.seconds:.2f} s ({1000 * result.seconds / steps:.0f} ms/step)")
-    if not all(math.isfinite(x) for x in result.losses):
-        console.print("[red]error: the loss is not finite[/red]")
+    else:
+        first, last = result.losses[0], result.losses[-1]
+        console.print(f"done: device {target}, {steps} steps, loss {first:.4f} -> {last:.4f}, "
+                      f"{result.seconds:.2f} s ({1000 * result.seconds / steps:.0f} ms/step)")
+        if not all(math.isfinite(x) for x in result.losses):
+            console.print("[red]error: the loss is not finite[/red]")
+            status = 1
+    if checker is None:
+        return status
+    return report_check(console, checker, fault, status)
+
+
+def report_check(console: Any, checker: Any, fault: str | None, status: int) -> int:
+    """Print what OpAutoCompare found (counts, the first FAIL, the HTML report); the exit code."""
+    from rich.markup import escape
+
+    counts = checker.counts
+    verdicts = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("PASS", "NOISE", "SKIP", "FAIL"))
+    console.print(f"autocompare: {sum(counts.values())} checks: {verdicts}; results in {escape(str(checker.run_dir))}")
+    failures = checker.failures if counts.get("FAIL") else []
+    if failures:
+        console.print(f"first FAIL: {escape(describe_row(failures[0]))}")
+    report = checker.run_dir / "report.html" if checker.run_dir is not None else None
+    if report is not None and report.is_file():
+        console.print(f"report: {escape(str(report))}")
+    if fault is None:
+        return status
+    if not failures:
+        console.print(f"[red]OpAutoCompare found no FAIL: the fault {escape(fault)} was not caught[/red]")
         return 1
     return 0

@@ -6,11 +6,12 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from ditorch import cli, device
+from ditorch import cli, demo, device
 
 LOSS_LINE = re.compile(r"^step\s+(\d+)/(\d+)\s+loss\s+(\S+)$", re.MULTILINE)
 
@@ -49,6 +50,9 @@ def test_cli_without_command_prints_help(capsys):
 def test_cli_parses_demo_options():
     args = cli.build_parser().parse_args(["demo", "--steps", "5", "--device", "cpu", "--seed", "7"])
     assert (args.command, args.steps, args.device, args.seed) == ("demo", 5, "cpu", 7)
+    assert (args.autocompare, args.fault, args.results_dir) == (False, None, None)
+    args = cli.build_parser().parse_args(["demo", "--fault", "mm:bias:0.5", "--results-dir", "out", "--autocompare"])
+    assert (args.autocompare, args.fault, args.results_dir) == (True, "mm:bias:0.5", "out")
 
 
 # -- device selection ----------------------------------------------------------------------------------
@@ -93,3 +97,42 @@ def test_native_accelerator_reports_torch_accelerator(monkeypatch):
     monkeypatch.setattr(torch.accelerator, "current_accelerator",
                         lambda check_available=False: torch.device("xpu"))
     assert device.native_accelerator() == torch.device("xpu")
+
+
+# -- --autocompare and --fault (one step: OpAutoCompare makes the demo several times slower) ---------
+
+def test_demo_fault_is_named_by_autocompare(tmp_path):
+    proc = run_ditorch("demo", "--steps", "1", "--fault", "mm:bias:0.5", "--results-dir", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the tool found the fault: the rehearsal worked
+    out = proc.stdout
+    assert "fault: mm:bias:0.5" in out
+    first = next(line for line in out.splitlines() if line.startswith("first FAIL:"))
+    assert first.startswith("first FAIL: torch.nn.functional.linear forward "), first
+    report = Path(next(line for line in out.splitlines() if line.startswith("report: ")).removeprefix("report: "))
+    assert report.name == "report.html" and report.is_file() and tmp_path in report.parents, report
+    assert re.search(r"^autocompare: \d+ checks: .*, [1-9]\d* FAIL; ", out, re.MULTILINE), out
+
+
+def test_demo_autocompare_without_fault_finds_nothing(tmp_path):
+    proc = run_ditorch("demo", "--steps", "1", "--autocompare", "--results-dir", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^autocompare: \d+ checks: [1-9]\d* PASS, .*, 0 FAIL; ", proc.stdout, re.MULTILINE), proc.stdout
+    assert "first FAIL" not in proc.stdout
+    assert list(tmp_path.glob("op_autocompare/*/rank0/report.html"))
+
+
+@pytest.mark.parametrize("device_name, fault, message", [
+    ("cpu", "mm:bias:0.5", "droplet, the simulated dipu device, but the demo runs on cpu"),
+    ("dipu", "mm:oops", "--fault entry 'mm:oops' is malformed"),
+])
+def test_demo_fault_needs_a_valid_fault_on_droplet(device_name, fault, message, capsys):
+    assert demo.run(steps=1, device=device_name, fault=fault) == demo.EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_demo_without_faults_has_no_fault_line(monkeypatch, capsys):
+    monkeypatch.setattr(demo, "train", lambda device, **kw: demo.DemoResult(device, [1.0], 0.1))
+    assert demo.run(steps=1, device="dipu") == 0
+    out = capsys.readouterr().out
+    assert "fault:" not in out and "autocompare:" not in out
+    assert out.strip().splitlines()[-1].startswith("done:")
