@@ -17,6 +17,7 @@ Tolerances default to ``torch.testing.assert_close``'s and are overridable by en
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import os
 import re
@@ -89,6 +90,13 @@ def op_env_names(dtype: torch.dtype, op: str) -> list[str]:
     return list(dict.fromkeys(f"{name}_{suffix}" for name in (full, short) if name))
 
 
+@functools.lru_cache(maxsize=4096)
+def _tolerance_names(dtype: torch.dtype, op: str | None) -> tuple[str, ...]:
+    """The variables :func:`tolerance` reads, most specific first (names only: values are read each time)."""
+    names = [*op_env_names(dtype, op), env_name(dtype, op)] if op else []
+    return (*names, env_name(dtype), ENV_PREFIX)
+
+
 def _parse_env(name: str) -> tuple[float, float] | None:
     value = os.environ.get(name)
     if value is None or not value.strip():
@@ -115,8 +123,7 @@ def tolerance(dtype: torch.dtype, op: str | None = None) -> tuple[float, float]:
     """
     if _is_exact(dtype):
         return 0.0, 0.0
-    names = ([*op_env_names(dtype, op), env_name(dtype, op)] if op else []) + [env_name(dtype), ENV_PREFIX]
-    for name in names:
+    for name in _tolerance_names(dtype, op):
         found = _parse_env(name)
         if found is not None:
             return found

@@ -55,6 +55,7 @@ class _CallState:
     autocast: bool = False  # autocast was on for the device: the kernel saw inputs cast to its output dtype
     cast_to: torch.dtype | None = None
     outputs_host: Any = None
+    reference: tuple[Any, dict[int, torch.Tensor]] | None = None  # CPU outputs and input leaves, for backward
     saved_case: str | None = None
     forward_rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -169,7 +170,11 @@ class OpAutoCompare(OpTool):
             state.cast_to = next((t.dtype for t in collect_tensors(actual, [], set()) if t.is_floating_point()),
                                  None)
         try:
-            expected, reference_inputs = self._reference(call, state)
+            if call.backward_hooked:  # keep the CPU graph: the backward check then only runs autograd.grad
+                expected, reference_inputs, leaves = self._graph_reference(call, state)
+                state.reference = (expected, leaves)
+            else:
+                expected, reference_inputs = self._reference(call, state)
         except Exception as exc:
             self._row(call, "forward", "SKIP", "-", message=f"no CPU reference: {type(exc).__name__}: {exc}")
             return
@@ -206,6 +211,9 @@ class OpAutoCompare(OpTool):
             if target is not None and target != span.dtype:
                 meta = {**meta, "dtype": cf.dtype_name(target)}
                 span = span.to(target)
+            elif not grad and not state.writes:  # read only: a view of the saved copy will do
+                tensors[key] = span.as_strided(meta["shape"], meta["stride"])
+                continue
             tensors[key] = cf.rebuild_tensor(meta, span, "cpu")
         device_map = {self.device_type: "cpu"}
         args = cf.decode_value(state.args, tensors, device_map)
@@ -228,26 +236,28 @@ class OpAutoCompare(OpTool):
     # -- backward --------------------------------------------------------------------------------------
     def on_backward(self, call: OpCall, state: _CallState, grad_inputs: dict[int, Any],
                     grad_outputs: dict[int, Any]) -> None:
-        if state is None or state.skip is not None or not state.spans or not grad_inputs:
+        if state is None or state.skip is not None or state.reference is None or not grad_inputs:
             return
+        reference, state.reference = state.reference, None
         try:
-            expected = self._reference_grads(call, state, grad_inputs, grad_outputs, wide=False)
+            expected = self._reference_grads(reference, grad_inputs, grad_outputs)
         except Exception as exc:
             self._row(call, "backward", "SKIP", "-", message=f"no CPU reference: {type(exc).__name__}: {exc}")
-            state.spans = {}
+            state.spans, state.outputs_host = {}, None
             return
-        comparisons = []
-        for j, ref in expected.items():
-            comparisons.append(compare_tensors(grad_inputs[j], ref, op=call.name, atol=self.atol, rtol=self.rtol,
-                                               noise_factor=self.noise_factor, path=f"grad_input[{j}]"))
+        comparisons = [compare_tensors(grad_inputs[j], ref.to(grad_inputs[j].dtype), op=call.name, atol=self.atol,
+                                       rtol=self.rtol, noise_factor=self.noise_factor, path=f"grad_input[{j}]")
+                       for j, ref in expected.items()]
         if any(c.verdict == Verdict.FAIL for c in comparisons):
             try:
-                wide = self._reference_grads(call, state, grad_inputs, grad_outputs, wide=True)
-            except Exception:
+                out, _, leaves = self._graph_reference(call, state, wide=True)
+                wide = self._reference_grads((out, leaves), grad_inputs, grad_outputs)
+            except Exception:  # no float64 kernel: judge by the tolerance alone
                 wide = {}
-            comparisons = [compare_tensors(grad_inputs[j], ref, expected_fp64=wide.get(j), op=call.name,
-                                           atol=self.atol, rtol=self.rtol, noise_factor=self.noise_factor,
-                                           path=f"grad_input[{j}]") for j, ref in expected.items()]
+            comparisons = [compare_tensors(grad_inputs[j], ref.to(grad_inputs[j].dtype), expected_fp64=wide.get(j),
+                                           op=call.name, atol=self.atol, rtol=self.rtol,
+                                           noise_factor=self.noise_factor, path=f"grad_input[{j}]")
+                           for j, ref in expected.items()]
             if any(c.verdict == Verdict.FAIL for c in comparisons) and state.saved_case is None:
                 state.saved_case = self._save_case(call, state, state.outputs_host, None,
                                                    (grad_inputs, grad_outputs))
@@ -255,38 +265,48 @@ class OpAutoCompare(OpTool):
             self._comparison_row(call, "backward", c, state.saved_case)
         state.spans, state.outputs_host = {}, None
 
-    def _reference_grads(self, call: OpCall, state: _CallState, grad_inputs: dict[int, Any],
-                         grad_outputs: dict[int, Any], wide: bool) -> dict[int, torch.Tensor]:
-        """Input gradients of the call recomputed on the CPU with the device's output gradients."""
+    def _graph_reference(self, call: OpCall, state: _CallState,
+                         wide: bool = False) -> tuple[Any, dict[str, torch.Tensor], dict[int, torch.Tensor]]:
+        """The CPU forward with autograd: outputs, the tensors the call got (by key) and the floating inputs
+        that require grad as leaves (by input index). Each input gets a non-leaf holder (a clone, or the cast
+        autocast applies), so in-place ops are allowed and gradients reach the leaf."""
         (args, kwargs), tensors = self._reference(call, state, wide=wide, grad=True)
+        cast = state.cast_to if not wide else None
         leaves: dict[int, torch.Tensor] = {}
-        holders: dict[int, torch.Tensor] = {}
-        for j in grad_inputs:
-            t = tensors.get(f"i{j}")
-            if t is not None and (t.is_floating_point() or t.is_complex()):
-                leaves[j] = t.requires_grad_()
+        swap: dict[int, torch.Tensor] = {}
         with torch.enable_grad():
-            # A non-leaf holder per input, so in-place ops are allowed and gradients reach the leaf.
-            cast = state.cast_to if not wide else None
-            for j, leaf in leaves.items():
-                holders[j] = leaf.clone() if cast is None or not leaf.is_floating_point() else leaf.to(cast, copy=True)
-            swap = {id(leaf): holders[j] for j, leaf in leaves.items()}
+            for key, t in list(tensors.items()):
+                floating = t.is_floating_point()
+                if state.meta[key].get("requires_grad") and (floating or t.is_complex()):
+                    leaves[int(key[1:])] = t.requires_grad_()
+                    holder = t.to(cast, copy=True) if cast is not None and floating else t.clone()
+                elif cast is not None and floating and t.dtype != cast:
+                    holder = t.to(cast)
+                else:
+                    continue
+                swap[id(t)] = tensors[key] = holder
             args, kwargs = map_tensors((args, kwargs),
                                        lambda v: swap.get(id(v), v) if isinstance(v, torch.Tensor) else v)
             out = call.func(*args, **kwargs)
-            outs = collect_tensors(out, [], set())
-            roots, grads = [], []
-            for k, g in grad_outputs.items():
-                if k < len(outs) and outs[k].requires_grad and isinstance(g, torch.Tensor):
-                    roots.append(outs[k])
-                    grads.append(g.to(outs[k].dtype))
-            if not roots or not leaves:
-                return {}
-            order = list(leaves)
+        return out, tensors, leaves
+
+    @staticmethod
+    def _reference_grads(reference: tuple[Any, dict[int, torch.Tensor]], grad_inputs: dict[int, Any],
+                         grad_outputs: dict[int, Any]) -> dict[int, torch.Tensor]:
+        """Input gradients of the CPU reference graph, fed with the device's output gradients."""
+        out, leaves = reference
+        outs = collect_tensors(out, [], set())
+        roots, grads = [], []
+        for k, g in grad_outputs.items():
+            if k < len(outs) and outs[k].requires_grad and isinstance(g, torch.Tensor):
+                roots.append(outs[k])
+                grads.append(g.to(outs[k].dtype))
+        order = [j for j in grad_inputs if j in leaves]
+        if not roots or not order:
+            return {}
+        with torch.enable_grad():
             result = torch.autograd.grad(roots, [leaves[j] for j in order], grads, allow_unused=True)
-        dtype_of = {j: grad_inputs[j].dtype for j in order}
-        return {j: (r.to(dtype_of[j]) if not wide else r) for j, r in zip(order, result, strict=True)
-                if r is not None}
+        return {j: r for j, r in zip(order, result, strict=True) if r is not None}
 
     # -- rows and cases --------------------------------------------------------------------------------
     def _row(self, call: OpCall, phase: str, verdict: str, index: str, **fields: Any) -> None:

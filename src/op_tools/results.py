@@ -109,9 +109,9 @@ class ResultTable:
         new_csv = not self.csv_path.exists()
         self._jsonl = open(self.jsonl_path, "a", encoding="utf-8", buffering=_BUFFER)  # noqa: SIM115
         self._csv_file = open(self.csv_path, "a", newline="", encoding="utf-8", buffering=_BUFFER)  # noqa: SIM115
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=COLUMNS, extrasaction="ignore")
+        self._csv = csv.writer(self._csv_file)
         if new_csv:
-            self._csv.writeheader()
+            self._csv.writerow(COLUMNS)
 
     def add(self, row: dict[str, Any]) -> None:
         """Append one row (keys of :data:`COLUMNS`; missing ones are empty)."""
@@ -125,9 +125,12 @@ class ResultTable:
         try:
             if self._jsonl is None:
                 self._open()
-            clean = {k: _json_value(v) for k, v in row.items()}
-            self._jsonl.write(json.dumps(clean, allow_nan=False) + "\n")
-            self._csv.writerow({k: ("" if v is None else v) for k, v in clean.items()})
+            try:
+                text = json.dumps(row, allow_nan=False)
+            except ValueError:  # NaN or infinite metrics: null / "inf" / "-inf"
+                text = json.dumps({k: _json_value(v) for k, v in row.items()}, allow_nan=False)
+            self._jsonl.write(text + "\n")
+            self._csv.writerow(["" if (v := row.get(c)) is None else v for c in COLUMNS])
         except (OSError, ValueError, TypeError) as exc:
             self.failed_write = f"writing {self.jsonl_path} failed ({getattr(exc, 'strerror', None) or exc})"
             print_line(f"{self.tool}: {self.failed_write}; results are still counted")
