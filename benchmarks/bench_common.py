@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import platform
 import subprocess
@@ -71,3 +72,19 @@ def w1_step(device: str, seed: int = 0) -> Callable[[], float]:
         return loss.item()
 
     return step
+
+
+class LineCounter(io.TextIOBase):
+    """A stand-in for stderr that counts the lines a tool writes (and forwards nothing)."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return len(text)
+
+
+def dir_bytes(path: Path) -> int:
+    """Bytes of every file below ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import io
 import json
 import shutil
 import statistics
@@ -43,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import environment, w1_step
+from bench_common import LineCounter, dir_bytes, environment, w1_step
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "op_accuracy.json"
 KINDS = ["plain", "autocompare", "overflow_check", "fallback", "dtype_cast"]
@@ -52,21 +51,6 @@ TARGETS = {"autocompare": 8.0, "overflow_check": 3.0, "fallback": 3.0, "dtype_ca
 WATCHES = {"autocompare": True, "overflow_check": True, "fallback": False, "dtype_cast": False}
 RSS_FIRST_STEP = 10
 RSS_TARGET_MB = 50.0
-
-
-class _LineCounter(io.TextIOBase):
-    """Counts the lines written to stderr while a tool runs (and forwards nothing)."""
-
-    def __init__(self) -> None:
-        self.lines = 0
-
-    def write(self, text: str) -> int:
-        self.lines += text.count("\n")
-        return len(text)
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def _rss_mb() -> float:
@@ -99,7 +83,7 @@ def _run(kind: str, step: object, steps: int, workdir: Path) -> tuple[float, lis
     out_dir = workdir / kind
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    counter = _LineCounter()
+    counter = LineCounter()
     tool = _tool(kind, out_dir)
     gc.collect()
     with contextlib.redirect_stderr(counter):
@@ -107,7 +91,7 @@ def _run(kind: str, step: object, steps: int, workdir: Path) -> tuple[float, lis
         with tool:
             losses = [step() for _ in range(steps)]
         elapsed = time.perf_counter() - start
-    written = _dir_bytes(out_dir)
+    written = dir_bytes(out_dir)
     shutil.rmtree(out_dir, ignore_errors=True)
     return elapsed / steps, losses, written, counter.lines
 
@@ -119,7 +103,7 @@ def _rss_run(steps: int, workdir: Path) -> dict:
     out_dir = workdir / "rss"
     out_dir.mkdir(parents=True)
     rss: dict[int, float] = {}
-    counter = _LineCounter()
+    counter = LineCounter()
     tool = _tool("autocompare", out_dir, report=True)
     with contextlib.redirect_stderr(counter):
         tool.start()
@@ -133,7 +117,7 @@ def _rss_run(steps: int, workdir: Path) -> dict:
             start = time.perf_counter()
             tool.stop()
             stop_ms = (time.perf_counter() - start) * 1e3
-    written = _dir_bytes(out_dir)
+    written = dir_bytes(out_dir)
     shutil.rmtree(out_dir, ignore_errors=True)
     growth = rss[steps] - rss[RSS_FIRST_STEP]
     return {

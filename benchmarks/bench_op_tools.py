@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import io
 import json
 import shutil
 import statistics
@@ -36,25 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import environment, w1_step
+from bench_common import LineCounter, dir_bytes, environment, w1_step
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "op_tools.json"
 TARGETS = {"observe_to_file": 2.0, "capture": 15.0, "capture_stats": 3.0}
-
-
-class _LineCounter(io.TextIOBase):
-    """Counts the lines written to stderr while a tool runs (and forwards nothing)."""
-
-    def __init__(self) -> None:
-        self.lines = 0
-
-    def write(self, text: str) -> int:
-        self.lines += text.count("\n")
-        return len(text)
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def _run(kind: str, steps: int, workdir: Path) -> tuple[float, list[float], int, int]:
@@ -65,7 +49,7 @@ def _run(kind: str, steps: int, workdir: Path) -> tuple[float, list[float], int,
     out_dir = workdir / kind
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    counter = _LineCounter()
+    counter = LineCounter()
     if kind == "plain":
         tool = contextlib.nullcontext()
     elif kind == "observe_to_file":
@@ -78,7 +62,7 @@ def _run(kind: str, steps: int, workdir: Path) -> tuple[float, list[float], int,
         with tool:
             losses = [step() for _ in range(steps)]
         elapsed = time.perf_counter() - start
-    written = _dir_bytes(out_dir)
+    written = dir_bytes(out_dir)
     shutil.rmtree(out_dir, ignore_errors=True)
     return elapsed / steps, losses, written, counter.lines
 
@@ -100,7 +84,7 @@ def _reduction_ms_per_step(step: object, workdir: Path) -> float:
 
     tensor_stats._host_row = record
     try:
-        with contextlib.redirect_stderr(_LineCounter()), op_tools.OpCapture(results_dir=workdir / "floor",
+        with contextlib.redirect_stderr(LineCounter()), op_tools.OpCapture(results_dir=workdir / "floor",
                                                                             mode="stats"):
             step()
     finally:
