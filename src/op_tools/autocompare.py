@@ -29,7 +29,6 @@ from diopi.compare import TensorComparison, Verdict, compare_outputs, compare_te
 from op_tools import config
 from op_tools.capture import op_dir_name
 from op_tools.engine import OpCall, collect_tensors, map_tensors, print_line
-from op_tools.naming import QUIET_WRITERS
 from op_tools.results import ResultTable, choose_run_dir, process_rank
 from op_tools.tool import OpTool
 
@@ -147,9 +146,7 @@ class OpAutoCompare(OpTool):
         enc = cf.Encoder("i")
         args = enc.encode(list(call.args))
         kwargs = {k: enc.encode(v) for k, v in call.kwargs.items()}
-        kw = call.kwargs
-        writes = bool(call.info.inplace or call.name in QUIET_WRITERS
-                      or (kw and (kw.get("out") is not None or kw.get("inplace") is True)))
+        writes = call.may_write_inputs()
         inputs = list(enc.tensors.values())
         state = _CallState(args, kwargs, enc.meta, enc.data, writes, [t._version for t in inputs], inputs)
         if enc.opaque:

@@ -27,7 +27,6 @@ from op_tools import config
 from op_tools.case_writer import CaseWriter
 from op_tools.engine import OpCall, print_line
 from op_tools.host_buffers import HostBufferPool
-from op_tools.naming import QUIET_WRITERS
 from op_tools.results import choose_run_dir, process_rank
 from op_tools.stats_table import StatsTable
 from op_tools.tensor_stats import device_stats
@@ -259,9 +258,7 @@ class OpCapture(OpTool):
             self._submit(state, record, data, None)
 
     def _may_write_inputs(self, call: OpCall) -> bool:
-        kwargs = call.kwargs
-        return (call.info.inplace or call.name in self._writes_inputs or call.name in QUIET_WRITERS
-                or (bool(kwargs) and (kwargs.get("out") is not None or kwargs.get("inplace") is True)))
+        return call.may_write_inputs() or call.name in self._writes_inputs
 
     def _after_stats(self, call: OpCall, state: _CaseState) -> None:
         state.output_keys = [f"o{k}" for k in range(len(call.outputs))]

@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from op_tools import autograd_hooks
 from op_tools.callsite import call_site
-from op_tools.naming import FunctionInfo, function_info
+from op_tools.naming import QUIET_WRITERS, FunctionInfo, function_info
 from op_tools.steps import current_step
 
 if TYPE_CHECKING:
@@ -94,6 +94,13 @@ class OpCall:
             return True
         ids = {id(t) for t in self.inputs}
         return any(id(t) in ids for t in self.outputs)
+
+    def may_write_inputs(self, *, out: bool = True) -> bool:
+        """Before the call: whether it may write into its inputs: an in-place name, normalization's running
+        statistics (:data:`~op_tools.naming.QUIET_WRITERS`), ``inplace=True`` and, with ``out``, ``out=``."""
+        kwargs = self.kwargs
+        return (self.info.inplace or self.name in QUIET_WRITERS
+                or (bool(kwargs) and (kwargs.get("inplace") is True or (out and kwargs.get("out") is not None))))
 
     def release(self) -> None:
         self.args, self.kwargs, self.inputs, self.outputs, self._frame = (), {}, [], [], None

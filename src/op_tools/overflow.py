@@ -29,7 +29,6 @@ import torch
 
 from op_tools import config
 from op_tools.engine import OpCall, collect_tensors, print_line
-from op_tools.naming import QUIET_WRITERS
 from op_tools.results import ResultTable, choose_run_dir
 from op_tools.tensor_stats import device_stats, tensor_stats
 from op_tools.tool import OpTool
@@ -160,9 +159,7 @@ class OpOverflowCheck(OpTool):
 
     # -- forward ---------------------------------------------------------------------------------------
     def _may_write_inputs(self, call: OpCall) -> bool:
-        kwargs = call.kwargs
-        return (call.info.inplace or call.name in self._writes_inputs or call.name in QUIET_WRITERS
-                or (bool(kwargs) and kwargs.get("inplace") is True))
+        return call.may_write_inputs(out=False) or call.name in self._writes_inputs
 
     @staticmethod
     def _out_ids(call: OpCall) -> set[int]:
