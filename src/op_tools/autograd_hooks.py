@@ -15,6 +15,7 @@ freed as usual.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -59,7 +60,8 @@ class _Record:
         self.finished = False
         self.pending = False
         needs = {tool.backward_needs for tool, _ in states}
-        self.keep = _keep_data if "data" in needs else _keep_stats if "stats" in needs else _keep_meta
+        self.keep = (_keep_data if "data" in needs else _keep_stats if "stats" in needs
+                     else _keep_finite if "finite" in needs else _keep_meta)
 
 
 def _keep_data(grads: list[torch.Tensor]) -> list[Any]:
@@ -73,6 +75,24 @@ def _keep_stats(grads: list[torch.Tensor]) -> list[Any]:
 
     return [{"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."), **stats}
             for g, stats in zip(grads, device_stats(grads), strict=True)]
+
+
+def _keep_finite(grads: list[torch.Tensor]) -> list[Any]:
+    """Statistics only where needed: a floating gradient whose sum is finite has no NaN or Inf (they survive
+    addition), so it gets zero counts from one reduction; the others get full statistics."""
+    kept: list[Any] = [None] * len(grads)
+    rest = []
+    for k, g in enumerate(grads):
+        if g.is_floating_point() and math.isfinite(float(g.sum(dtype=torch.float64 if g.dtype == torch.float64
+                                                                 else torch.float32))):
+            kept[k] = {"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."), "numel": g.numel(),
+                       "nan": 0, "inf": 0, "min": None, "max": None, "mean": None, "std": None, "norm": None}
+        else:
+            rest.append(k)
+    if rest:
+        for k, stats in zip(rest, _keep_stats([grads[k] for k in rest]), strict=True):
+            kept[k] = stats
+    return kept
 
 
 def _keep_meta(grads: list[torch.Tensor]) -> list[Any]:

@@ -109,7 +109,7 @@ class OpOverflowCheck(OpTool):
     env_prefix = "OP_OVERFLOW_CHECK"
     steps_env = config.OVERFLOW_CHECK_STEPS_ENV
     wants_backward = True
-    backward_needs = "stats"
+    backward_needs = "finite"  # zero counts from one sum per gradient; statistics only for non-finite ones
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None, backward: bool = True,

@@ -46,7 +46,7 @@ class OpTool:
     steps_env: str | None = None
     wants_backward = False
     executes = False  # True: the tool runs the call itself (execute); observation tools leave it False
-    backward_needs = "meta"  # what on_backward gets per gradient: "meta", "stats" or "data" (host copies)
+    backward_needs = "meta"  # what on_backward gets per gradient: "meta", "finite", "stats" or "data" (host copies)
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None) -> None:
@@ -131,5 +131,6 @@ class OpTool:
 
     def on_backward(self, call: OpCall, state: Any, grad_inputs: dict[int, Any], grad_outputs: dict[int, Any]) -> None:
         """After the backward pass that reached this call: gradients by input and output index (host copies
-        with ``backward_needs == "data"``, statistics dicts with ``"stats"``, else
+        with ``backward_needs == "data"``, statistics dicts with ``"stats"`` (with ``"finite"``: exact NaN/Inf
+        counts, and the other statistics only for gradients that have NaN or Inf), else
         :class:`~op_tools.autograd_hooks.GradMeta`)."""
