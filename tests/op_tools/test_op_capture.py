@@ -259,7 +259,17 @@ def test_a_full_disk_stops_capturing_with_one_warning(tmp_path: Path, monkeypatc
     assert err.count("writing results failed") == 1
 
 
-def test_a_full_queue_makes_the_step_wait_and_nothing_is_dropped(tmp_path: Path) -> None:
+def test_a_full_queue_makes_the_step_wait_and_nothing_is_dropped(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    write_tensors = cf.write_tensors
+
+    def slow_disk(*args: object, **kwargs: object) -> int:  # the writer is slower than the step, whatever the load
+        time.sleep(0.005)
+        return write_tensors(*args, **kwargs)
+
+    monkeypatch.setattr(cf, "write_tensors", slow_disk)
     x = torch.randn(256, 256)
     with op_tools.OpCapture(results_dir=tmp_path, device="cpu", queue_bytes=1) as cap:
         for i in range(40):
