@@ -72,6 +72,12 @@ FAULTS = [
     ("_log_softmax_backward_data:grad:2", "torch.nn.functional.cross_entropy", "backward"),
     ("_foreach_lerp_.*:inplace_lost", "torch._foreach_lerp_", "forward"),
     ("_foreach_addcdiv_.*:bias", "torch._foreach_addcdiv_", "forward"),
+    ("mm:nan", "torch.nn.functional.linear", "forward"),
+    ("rsqrt:noise:0.05", "torch.rsqrt", "forward"),
+    ("add.Tensor:noncontig", "torch.Tensor.add", "forward"),
+    ("embedding_dense_backward:grad:2", "torch.nn.functional.embedding", "backward"),
+    ("_foreach_mul_.Scalar:noise:0.05", "torch._foreach_mul_", "forward"),
+    ("_foreach_sqrt:nan", "torch._foreach_sqrt", "forward"),
 ]
 
 
