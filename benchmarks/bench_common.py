@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import os
 import platform
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -88,3 +91,60 @@ class LineCounter(io.TextIOBase):
 def dir_bytes(path: Path) -> int:
     """Bytes of every file below ``path``."""
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+#: Every tool kind the benchmarks time, with its target: step time under the tool / plain step time.
+TARGETS = {"observe_to_file": 2.0, "capture": 15.0, "capture_stats": 3.0, "autocompare": 8.0, "overflow_check": 3.0,
+           "fallback": 3.0, "dtype_cast": 2.0, "time_measure_event": 2.0, "time_measure_sync": 3.0}
+
+
+def make_tool(kind: str, results_dir: Path, device: str | None = None, report: bool = False) -> object:
+    """The tool a benchmark kind runs under (a context manager), writing below ``results_dir``; ``plain``
+    is no tool. ``device`` is the device whose calls the tool acts on (default: the tools' default).
+    OpTimeMeasure is imported only for its kinds, so the others work without it."""
+    import op_tools
+
+    where = {} if device is None else {"device": device}
+    if kind == "plain":
+        return contextlib.nullcontext()
+    if kind == "observe_to_file":
+        return op_tools.OpObserve(file=results_dir / "observe.log", **where)
+    if kind in ("capture", "capture_stats"):
+        return op_tools.OpCapture(results_dir=results_dir, mode="stats" if kind == "capture_stats" else "data",
+                                  **where)
+    if kind == "autocompare":
+        return op_tools.OpAutoCompare(results_dir=results_dir, report=report, **where)
+    if kind == "overflow_check":
+        return op_tools.OpOverflowCheck(results_dir=results_dir, **where)
+    if kind == "fallback":
+        return op_tools.OpFallback(ops=".*", results_dir=results_dir, **where)
+    if kind == "dtype_cast":
+        return op_tools.OpDtypeCast(results_dir=results_dir, **where)
+    if kind.startswith("time_measure_"):
+        from op_tools.time_measure import OpTimeMeasure
+
+        return OpTimeMeasure(mode=kind.removeprefix("time_measure_"), results_dir=results_dir, **where)
+    raise ValueError(f"unknown benchmark kind {kind!r}")
+
+
+def timed_round(kind: str, step: Callable[[], float], steps: int, workdir: Path,
+                device: str | None = None) -> tuple[float, list[float], int, int]:
+    """One round of ``steps`` steps under the tool of ``kind``, timed from starting the tool to the end of
+    its ``stop()``: (seconds per step, losses, bytes the tool wrote, console lines it printed). The tool
+    writes into ``workdir/kind``, which is emptied before and removed after."""
+    out_dir = workdir / kind
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    counter = LineCounter()
+    tool = make_tool(kind, out_dir, device)
+    gc.collect()
+    try:
+        with contextlib.redirect_stderr(counter):
+            start = time.perf_counter()
+            with tool:
+                losses = [step() for _ in range(steps)]
+            elapsed = time.perf_counter() - start
+        written = dir_bytes(out_dir)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return elapsed / steps, losses, written, counter.lines

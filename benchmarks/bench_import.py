@@ -38,8 +38,11 @@ SIDES = ("without", "with")
 
 # -- child: one side, one process ---------------------------------------------------------------------
 
-def child(side: str, rounds: int, steps: int, warmup: int) -> dict:
-    """Time the W1 step on dipu in this process; ``side == "with"`` imports ditorch before the model."""
+def child(side: str, rounds: int, steps: int, warmup: int, module: str = "ditorch", device: str = "dipu") -> dict:
+    """Time the W1 step on ``device`` in this process; ``side == "with"`` imports ``module`` (ditorch) before
+    the model. The benchmark suite reuses this with ``module="op_tools"`` on both devices."""
+    import importlib
+
     import transformers  # noqa: F401  (imported on both sides before the clock matters)
 
     import torch_dipu  # noqa: F401  (both sides: the dipu device itself is not what is measured)
@@ -47,10 +50,10 @@ def child(side: str, rounds: int, steps: int, warmup: int) -> dict:
     import_ms = None
     if side == "with":
         start = time.perf_counter()
-        import ditorch  # noqa: F401
+        importlib.import_module(module)
         import_ms = (time.perf_counter() - start) * 1e3
 
-    step = w1_step("dipu")
+    step = w1_step(device)
 
     for _ in range(warmup):
         step()
@@ -74,7 +77,8 @@ def run_child(side: str, args: argparse.Namespace) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DITORCH_", "DROPLET_FAULTS"))}
     env["DITORCH_QUIET"] = "1"
     command = [sys.executable, __file__, "--child", side, "--rounds", str(args.rounds),
-               "--steps", str(args.steps), "--warmup", str(args.warmup)]
+               "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--module", getattr(args, "module", "ditorch"), "--device", getattr(args, "device", "dipu")]
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"the {side!r} child failed:\n{proc.stdout}\n{proc.stderr}")
@@ -123,9 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="steps per timing round (default 3)")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps per child (default 3)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--module", default="ditorch", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="dipu", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.rounds, args.steps, args.warmup)))
+        print(json.dumps(child(args.child, args.rounds, args.steps, args.warmup, args.module, args.device)))
         return 0
     row = result(measure(args))
     report = {"name": "import", "unit": "ms", "results": [row], "env": environment()}

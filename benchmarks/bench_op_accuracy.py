@@ -42,11 +42,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import LineCounter, dir_bytes, environment, w1_step
+from bench_common import TARGETS, LineCounter, dir_bytes, environment, make_tool, timed_round, w1_step
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "op_accuracy.json"
 KINDS = ["plain", "autocompare", "overflow_check", "fallback", "dtype_cast"]
-TARGETS = {"autocompare": 8.0, "overflow_check": 3.0, "fallback": 3.0, "dtype_cast": 2.0}
 #: Whether a tool only watches: its losses must then be bitwise those of the plain run.
 WATCHES = {"autocompare": True, "overflow_check": True, "fallback": False, "dtype_cast": False}
 RSS_FIRST_STEP = 10
@@ -63,37 +62,12 @@ def _rss_mb() -> float:
 
 
 def _tool(kind: str, results_dir: Path, report: bool = False) -> object:
-    import op_tools
-
-    if kind == "plain":
-        return contextlib.nullcontext()
-    if kind == "autocompare":
-        return op_tools.OpAutoCompare(results_dir=results_dir, report=report)
-    if kind == "overflow_check":
-        return op_tools.OpOverflowCheck(results_dir=results_dir)
-    if kind == "fallback":
-        return op_tools.OpFallback(ops=".*", results_dir=results_dir)
-    if kind == "dtype_cast":
-        return op_tools.OpDtypeCast(results_dir=results_dir)
-    raise ValueError(kind)
+    return make_tool(kind, results_dir, report=report)
 
 
 def _run(kind: str, step: object, steps: int, workdir: Path) -> tuple[float, list[float], int, int]:
     """One round: (seconds per step, losses, bytes written, console lines)."""
-    out_dir = workdir / kind
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
-    counter = LineCounter()
-    tool = _tool(kind, out_dir)
-    gc.collect()
-    with contextlib.redirect_stderr(counter):
-        start = time.perf_counter()
-        with tool:
-            losses = [step() for _ in range(steps)]
-        elapsed = time.perf_counter() - start
-    written = dir_bytes(out_dir)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    return elapsed / steps, losses, written, counter.lines
+    return timed_round(kind, step, steps, workdir)
 
 
 def _rss_run(steps: int, workdir: Path) -> dict:

@@ -26,45 +26,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
-import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_common import LineCounter, dir_bytes, environment, w1_step
+from bench_common import TARGETS, LineCounter, environment, timed_round, w1_step
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "op_tools.json"
-TARGETS = {"observe_to_file": 2.0, "capture": 15.0, "capture_stats": 3.0}
 
 
 def _run(kind: str, steps: int, workdir: Path) -> tuple[float, list[float], int, int]:
     """One round: (seconds per step, losses, bytes written, console lines)."""
-    import op_tools
-
-    step = _run.steps_by_kind[kind]
-    out_dir = workdir / kind
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
-    counter = LineCounter()
-    if kind == "plain":
-        tool = contextlib.nullcontext()
-    elif kind == "observe_to_file":
-        tool = op_tools.OpObserve(file=out_dir / "observe.log")
-    else:
-        tool = op_tools.OpCapture(results_dir=out_dir, mode="stats" if kind == "capture_stats" else "data")
-    gc.collect()
-    with contextlib.redirect_stderr(counter):
-        start = time.perf_counter()
-        with tool:
-            losses = [step() for _ in range(steps)]
-        elapsed = time.perf_counter() - start
-    written = dir_bytes(out_dir)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    return elapsed / steps, losses, written, counter.lines
+    return timed_round(kind, _run.steps_by_kind[kind], steps, workdir)
 
 
 def _reduction_ms_per_step(step: object, workdir: Path) -> float:

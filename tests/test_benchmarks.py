@@ -45,3 +45,25 @@ def test_benchmark_writes_its_json(tmp_path: Path, script: str, args: list[str],
             assert row["reductions_ms_per_step"] > 0 and row["tensors_reduced_per_step"] > 500
             assert row["elements_reduced_per_step"] > 10**6 and row["ratio_without_reductions"] < row["ratio"]
     assert report["env"]["torch"] and report["env"]["dipu_vendor"] == "droplet"
+
+
+def test_suite_quick_writes_json_and_table(tmp_path: Path) -> None:
+    """``python -m benchmarks --quick`` from the repository root: every tool and "inactive" on both devices."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out-dir", str(tmp_path)],
+                          cwd=BENCHMARKS.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "suite.json").read_text())
+    assert report["name"] == "suite" and report["unit"] == "ms" and report["env"]["dipu_vendor"] == "droplet"
+    tools = {"inactive", "observe_to_file", "capture", "capture_stats", "autocompare", "overflow_check", "fallback",
+             "dtype_cast", "time_measure_event", "time_measure_sync"}
+    assert {r["case"] for r in report["results"]} == {f"w1_step_{t}_{d}" for t in tools for d in ("cpu", "dipu")}
+    for row in report["results"]:
+        assert row["baseline"] > 0 and row["target_ratio"] > 0
+        if row["value"] is None:  # a tool that could not run says why
+            assert row["note"].startswith("skipped") and row["ratio"] is None and row["met"] is None
+        else:
+            assert row["value"] > 0 and row["ratio"] > 0 and row["met"] == (row["ratio"] <= row["target_ratio"])
+    assert next(r for r in report["results"] if r["case"] == "w1_step_inactive_dipu")["target_ratio"] == 1.02
+    table = (tmp_path / "suite.md").read_text()
+    assert table.startswith("# op_tools benchmark suite") and "cpu_count" in table
+    assert "| dipu | capture |" in table and "| cpu | inactive |" in table and "python -m benchmarks --quick" in table

@@ -84,6 +84,20 @@ def build_parser() -> argparse.ArgumentParser:
     run_command.add_arguments(p)
     p.set_defaults(handler=run_command.handle)
 
+    from ditorch import profiling
+
+    p = commands.add_parser(
+        "profile",
+        help="run an unmodified script under torch.profiler; write a Chrome/Perfetto trace, print a summary",
+        usage="%(prog)s [options] -- script.py [args ...]",
+        description="Run the script as `ditorch run` does, under torch.profiler (CPU activities), with op_tools' "
+                    "engine active so every API call (torch.nn.functional.linear, ...) is a named range and dipu "
+                    "kernels appear under their DIOPI names. Then write the trace (Chrome/Perfetto JSON) and print "
+                    "the summary table and the trace's path to stderr. The script's exit status propagates.",
+    )
+    profiling.add_arguments(p)
+    p.set_defaults(handler=profiling.handle)
+
     p = commands.add_parser(
         "replay",
         help="replay captured op cases (from op_tools.OpCapture) and compare with the captured results",

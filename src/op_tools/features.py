@@ -21,6 +21,7 @@ from op_tools.fallback import OpFallback
 from op_tools.naming import FunctionInfo, is_inplace_name, is_random_name, locate
 from op_tools.observe import OpObserve
 from op_tools.overflow import OpOverflowCheck
+from op_tools.time_measure import OpTimeMeasure
 from op_tools.tool import OpTool
 
 __all__ = ["FEATURES", "FeatureHandle", "apply_feature", "register_feature"]
@@ -33,6 +34,7 @@ FEATURES: dict[str, Callable[..., OpTool]] = {
     "op_fallback": OpFallback, "fallback": OpFallback,
     "op_dtype_cast": OpDtypeCast, "dtype_cast": OpDtypeCast,
     "op_overflow_check": OpOverflowCheck, "overflow_check": OpOverflowCheck,
+    "op_time_measure": OpTimeMeasure, "time_measure": OpTimeMeasure,
 }
 
 

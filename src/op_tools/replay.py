@@ -12,6 +12,7 @@ with the file at fault; the others go on.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs
 from op_tools.naming import resolve_function
 
-__all__ = ["CaseResult", "ReplayOptions", "find_cases", "replay_case", "replay_dir"]
+__all__ = ["CaseResult", "ReplayOptions", "find_cases", "replay_case", "replay_dir", "run_stats"]
 
 
 @dataclass
@@ -65,6 +66,16 @@ class CaseResult:
             "device": self.device, "forward_ms": _mean(self.forward_ms), "backward_ms": _mean(self.backward_ms),
             "message": self.message,
         }
+
+
+def run_stats(times: list[float]) -> dict[str, Any] | None:
+    """min, median and max of one case's per-run times (ms). The first run includes warm-up (first-call
+    costs, caches), so with more than one run it is left out; with one run it is all there is."""
+    if not times:
+        return None
+    used = times[1:] if len(times) > 1 else times
+    return {"min": min(used), "median": statistics.median(used), "max": max(used), "runs": len(used),
+            "warmup_excluded": len(times) > 1}
 
 
 def _mean(values: list[float]) -> float | None:

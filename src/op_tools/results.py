@@ -83,7 +83,10 @@ class ResultTable:
     """Appends result rows to ``run_dir/results.jsonl`` and ``run_dir/results.csv`` and counts verdicts.
 
     ``tool`` names the tool in console lines. A write error stops writing with one line; the counts go on.
+    A subclass may set :attr:`columns` (the CSV header; the JSONL rows keep every key).
     """
+
+    columns: tuple[str, ...] = COLUMNS
 
     def __init__(self, tool: str, run_dir: Path) -> None:
         self.tool = tool
@@ -111,7 +114,7 @@ class ResultTable:
         self._csv_file = open(self.csv_path, "a", newline="", encoding="utf-8", buffering=_BUFFER)  # noqa: SIM115
         self._csv = csv.writer(self._csv_file)
         if new_csv:
-            self._csv.writerow(COLUMNS)
+            self._csv.writerow(self.columns)
 
     def add(self, row: dict[str, Any]) -> None:
         """Append one row (keys of :data:`COLUMNS`; missing ones are empty)."""
@@ -130,7 +133,7 @@ class ResultTable:
             except ValueError:  # NaN or infinite metrics: null / "inf" / "-inf"
                 text = json.dumps({k: _json_value(v) for k, v in row.items()}, allow_nan=False)
             self._jsonl.write(text + "\n")
-            self._csv.writerow(["" if (v := row.get(c)) is None else v for c in COLUMNS])
+            self._csv.writerow(["" if (v := row.get(c)) is None else v for c in self.columns])
         except (OSError, ValueError, TypeError) as exc:
             self.failed_write = f"writing {self.jsonl_path} failed ({getattr(exc, 'strerror', None) or exc})"
             print_line(f"{self.tool}: {self.failed_write}; results are still counted")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from op_tools import config
-from op_tools.replay import CaseResult, ReplayOptions, find_cases, replay_case
+from op_tools.replay import CaseResult, ReplayOptions, find_cases, replay_case, run_stats
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -133,6 +133,20 @@ def _table(results: list[CaseResult], verbose: bool, root: Path):
     return table
 
 
+def _print_run_stats(console, timer: str, result: CaseResult) -> None:
+    """min/median/max of a case's forward and backward times, after its per-run lines."""
+    for phase, times in (("forward", result.forward_ms), ("backward", result.backward_ms)):
+        stats = run_stats(times)
+        if stats is None:
+            continue
+        if stats["warmup_excluded"]:
+            over = f"runs 2-{len(times)}, run 1 (warm-up) left out"
+        else:
+            over = "1 run, includes warm-up"
+        console.print(f"{timer}: {result.op} {phase} min {stats['min']:.8f} median {stats['median']:.8f} "
+                      f"max {stats['max']:.8f} ms ({over})", highlight=False)
+
+
 def run(args: argparse.Namespace) -> int:
     """Replay the cases ``args`` names; the process exit status."""
     from rich.console import Console
@@ -153,17 +167,26 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     show_times = options.sync_time_measure or options.run_times > 1
+    timer = "SyncExecuteTimer" if options.sync_time_measure else "ExecuteTimer"
+    runs: Counter[str] = Counter()  # runs timed so far of the current case, by phase
 
     def on_time(op: str, phase: str, ms: float) -> None:
+        runs[phase] += 1
         if show_times:
-            console.print(f"SyncExecuteTimer: {op} {phase} elapsed {ms:.8f} ms" if options.sync_time_measure
-                          else f"ExecuteTimer: {op} {phase} elapsed {ms:.8f} ms", highlight=False)
+            note = f"run {runs[phase]} of {options.run_times}"
+            if runs[phase] == 1:
+                note += ", includes warm-up"
+            console.print(f"{timer}: {op} {phase} elapsed {ms:.8f} ms ({note})", highlight=False)
 
     results: list[CaseResult] = []
     with Progress(console=console, transient=True, disable=show_times) as progress:
         task = progress.add_task("replaying", total=len(cases))
         for path in cases:
-            results.append(replay_case(path, options, on_time))
+            runs.clear()
+            result = replay_case(path, options, on_time)
+            results.append(result)
+            if show_times:
+                _print_run_stats(console, timer, result)
             progress.advance(task)
     counts = Counter(r.status for r in results)
     console.print(_summary(results))

@@ -21,6 +21,8 @@ from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage
 Handler = Callable[[tuple, dict | None], Any]
 _CPU = torch.device("cpu")
 _Tensor = torch.Tensor
+_profiling = torch._C._autograd._profiler_enabled  # one C flag read per kernel, only for ranged kernels
+_record_function = torch.profiler.record_function
 
 
 def clear_handlers() -> None:
@@ -121,6 +123,25 @@ def _make_view(raw: torch.Tensor, device: torch.device) -> DipuTensor:
     return wrapper
 
 
+def range_name(func: torch._ops.OpOverload, plan: kernels.KernelPlan) -> str | None:
+    """The name of the kernel's range in a ``torch.profiler`` trace: the DIOPI function a vendor kernel
+    implements (``diopiMm``), ``fallback::aten.<op>`` for a CPU fallback, None for torch_dipu's own views
+    and allocations (they show as their ``aten::`` ops only)."""
+    if plan.kind == "vendor" and plan.function is not None:
+        return plan.function.name
+    if plan.kind == "fallback":
+        return f"fallback::aten.{kernels.op_names(func)[0]}"
+    return None
+
+
+def _run_recorded(name: str, run: Any, kernel: Any, func: Any, uargs: list, ukwargs: dict | None) -> Any:
+    """Run the kernel inside a profiler range named ``name`` (only while the profiler records)."""
+    with _record_function(name):
+        if ukwargs:
+            return run(*uargs, **ukwargs) if run is not None else kernel(func, *uargs, **ukwargs)
+        return run(*uargs) if run is not None else kernel(func, *uargs)
+
+
 def build_handler(func: torch._ops.OpOverload) -> Handler:
     """Build, cache and return the handler for ATen overload ``func``."""
     state = get_state()
@@ -152,6 +173,7 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     generators = state.generators
     make = _make_view if is_view else from_storage
     check_host = packet not in _ACCEPTS_HOST_TENSORS
+    ranged = range_name(func, plan)
 
     def wrap(out: Any, device: torch.device) -> Any:
         if type(out) is _Tensor:
@@ -214,7 +236,9 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                 ukwargs = {"generator": generator}
             elif ukwargs.get("generator") is None:
                 ukwargs["generator"] = generator
-        if ukwargs:
+        if ranged is not None and _profiling():
+            out = _run_recorded(ranged, run, kernel, func, uargs, ukwargs)
+        elif ukwargs:
             out = run(*uargs, **ukwargs) if run is not None else kernel(func, *uargs, **ukwargs)
         else:
             out = run(*uargs) if run is not None else kernel(func, *uargs)

@@ -266,7 +266,7 @@ def test_a_full_queue_makes_the_step_wait_and_nothing_is_dropped(tmp_path: Path,
     write_tensors = cf.write_tensors
 
     def slow_disk(*args: object, **kwargs: object) -> int:  # the writer is slower than the step, whatever the load
-        time.sleep(0.005)
+        time.sleep(0.02)
         return write_tensors(*args, **kwargs)
 
     monkeypatch.setattr(cf, "write_tensors", slow_disk)

@@ -1,0 +1,476 @@
+"""OpTimeMeasure: the forward and backward time of every operator call, and a summary by op name.
+
+Two modes (``mode=`` or ``OP_TIME_MEASURE_MODE``):
+
+- ``event`` (the default on a device with timing events): a timing event is recorded on the current stream
+  before and after each call; nothing waits for the device per op. The times are read when the tool stops
+  (or, to keep memory bounded, with one synchronization whenever :data:`MAX_PENDING` calls are waiting).
+- ``sync`` (the default on the CPU, and the seeds' way): the device is synchronized before and after each
+  call and the host clock (``time.perf_counter``) measures it.
+
+The backward of a call is timed on the autograd nodes the call created (those with a sequence number in
+the range seen during the call, as :mod:`op_tools.autograd_hooks` finds them): a pre-hook and a post-hook
+per node bracket the node's work, and the node times are summed into one ``backward`` row per call and
+backward pass. Collectives of ``torch.distributed`` (``all_reduce``, ``broadcast``, ``barrier``, ...)
+called while the tool is active go through the same engine, named ``torch.distributed.all_reduce`` etc.
+
+Output in ``<results>/op_time_measure/<run>/rank<r>/``: ``results.jsonl`` and ``results.csv`` (one row per
+call and phase: ``id, name, phase, elapsed_ms, step, call_site``), ``summary.csv`` (by op name and phase:
+calls, total, mean, p50, p95, share) and ``timing_report.html`` (a bar chart of the top ops and the summary
+table, self-contained). The top of the summary is printed when the tool stops.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import html
+import math
+import os
+import sys
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from op_tools import config
+from op_tools.engine import OpCall, collect_tensors, engine, print_line, run_call
+from op_tools.naming import FunctionInfo
+from op_tools.results import ResultTable, choose_run_dir
+from op_tools.tool import OpTool
+
+__all__ = ["COLLECTIVES", "MAX_PENDING", "MODES", "OpTimeMeasure"]
+
+MODES = ("sync", "event")
+#: Calls (forward or backward) whose events may wait unread in event mode before one synchronization reads them.
+MAX_PENDING = 10_000
+#: The ``torch.distributed`` functions timed while the tool is active (those the installed torch has).
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
+               "all_to_all_single", "gather", "scatter", "barrier", "send", "recv", "isend", "irecv")
+_sequence_nr = torch._C._autograd._get_sequence_nr
+
+
+class _TimingTable(ResultTable):
+    columns = ("id", "name", "phase", "elapsed_ms", "step", "call_site")
+
+
+class _Forward:
+    """One call between ``before`` and ``after`` (no tensors)."""
+
+    __slots__ = ("start", "seq0")
+
+    def __init__(self, start: Any, seq0: int) -> None:
+        self.start = start  # perf_counter seconds (sync) or an event (event)
+        self.seq0 = seq0
+
+
+class _Backward:
+    """The backward time of one call: node intervals of the current backward pass, summed when it ends."""
+
+    __slots__ = ("call_id", "name", "step", "site", "seconds", "events", "open", "queued")
+
+    def __init__(self, call: OpCall) -> None:
+        self.call_id = call.call_id
+        self.name = call.name
+        self.step = call.step
+        self.site = call.call_site
+        self.seconds = 0.0
+        self.events: list[tuple[Any, Any]] = []
+        self.open: dict[int, Any] = {}  # node index -> start (time or event)
+        self.queued = False
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks of sorted ``values`` (numpy's default)."""
+    if not values:
+        return math.nan
+    pos = (len(values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+class OpTimeMeasure(OpTool):
+    """Time every operator call's forward and backward on the device, and summarize by op name.
+
+    Keywords (environment variable in brackets): ``mode`` ``"event"`` or ``"sync"`` [``OP_TIME_MEASURE_MODE``;
+    default event where the device module has ``Event``, sync on the CPU], ``top`` (rows of the summary
+    printed at stop, default 20) [``OP_TIME_MEASURE_TOP``], ``ops``/``disable_ops``
+    [``OP_TIME_MEASURE_LIST`` / ``OP_TIME_MEASURE_DISABLE_LIST``], ``steps`` [``OP_TIME_MEASURE_STEPS``],
+    ``backward`` (also time the backward, default True), ``collectives`` (time ``torch.distributed``
+    collectives, default True), ``results_dir`` [``OP_TOOLS_RESULTS_DIR``], ``run_id`` [``OP_TOOLS_RUN_ID``],
+    ``device`` [``OP_TOOLS_DEVICE``].
+
+    :attr:`results` are the rows written (``id, name, phase, elapsed_ms, step, call_site``), :meth:`summary`
+    the per-op summary. Calls whose inputs are not on the device but whose outputs are (factories, copies
+    from the host) are run before the tools see them, so they are not timed (counted in :attr:`untimed`).
+    """
+
+    env_prefix = "OP_TIME_MEASURE"
+    steps_env = config.TIME_MEASURE_STEPS_ENV
+
+    def __init__(self, *, mode: str | None = None, top: int | None = None, ops: str | list[str] | None = None,
+                 disable_ops: str | list[str] | None = None, device: str | torch.device | None = None,
+                 steps: Any = None, backward: bool = True, collectives: bool = True,
+                 results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        self._module: Any = None
+        if self.device_type != "cpu":
+            try:
+                self._module = torch.get_device_module(self.device_type)
+            except (RuntimeError, AttributeError):  # a device without a torch.<device> module: sync mode, no sync
+                self._module = None
+        has_events = self._module is not None and hasattr(self._module, "Event")
+        mode = mode if mode is not None else os.environ.get(config.TIME_MEASURE_MODE_ENV) or None
+        if mode is None:
+            mode = "event" if has_events else "sync"
+        if mode not in MODES:
+            raise ValueError(f"{config.TIME_MEASURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
+        if mode == "event" and not has_events:
+            raise ValueError(f"OpTimeMeasure: mode='event' needs timing events; the {self.device_type} device has "
+                             f"none (use mode='sync')")
+        self.mode = mode
+        if top is None:
+            value = os.environ.get(config.TIME_MEASURE_TOP_ENV) or "20"
+            try:
+                top = int(value)
+            except ValueError:
+                raise ValueError(f"{config.TIME_MEASURE_TOP_ENV}={value!r} is not a number") from None
+        self.top = top
+        self.backward = backward
+        self.collectives = collectives
+        self.results_dir = results_dir
+        self.run_id = run_id
+        self.run_dir: Path | None = None
+        self.table: _TimingTable | None = None
+        self.untimed = 0
+        self._sync: Callable[[], None] = getattr(self._module, "synchronize", None) or (lambda: None)
+        self._times: dict[tuple[str, str], array] = {}  # (name, phase) -> milliseconds per call
+        self._pending: list[tuple[int, str, str, int, str, list[tuple[Any, Any]]]] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._patched: list[tuple[Any, str, Any, Any]] = []
+        self._started_at: float | None = None
+        self.block_ms = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def on_start(self) -> None:
+        if self.run_dir is None:
+            self.run_dir = choose_run_dir("op_time_measure", self.results_dir, self.run_id)
+            self.table = _TimingTable(self.name, self.run_dir)
+
+    def start(self) -> OpTimeMeasure:
+        if not self.active:
+            super().start()
+            if self.collectives:
+                self._patch_collectives()
+            self._started_at = time.perf_counter()
+        return self
+
+    def stop(self) -> None:
+        if self.active:
+            self._sync()
+            if self._started_at is not None:
+                self.block_ms += (time.perf_counter() - self._started_at) * 1e3
+                self._started_at = None
+            self._unpatch_collectives()
+        super().stop()
+
+    end = stop  # the seeds' name (OpTool.end is OpTool.stop)
+
+    def on_stop(self) -> None:
+        self._resolve()
+        if self.table is not None:
+            self.table.close()
+        print_line(self.summary_text())
+        if self.run_dir is not None and self._times:
+            try:
+                self._write_summary(self.run_dir)
+            except OSError as exc:
+                print_line(f"{self.name}: writing the summary in {self.run_dir} failed ({exc.strerror or exc})")
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        """Every row written so far (one per call and phase)."""
+        self._resolve()
+        return self.table.rows if self.table is not None else []
+
+    # -- clocks ----------------------------------------------------------------------------------------
+    def _mark(self) -> Any:
+        if self.mode == "sync":
+            self._sync()
+            return time.perf_counter()
+        event = self._module.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def _row(self, call_id: int, name: str, phase: str, step: int, site: str, ms: float) -> None:
+        with self._lock:
+            times = self._times.get((name, phase))
+            if times is None:
+                times = self._times[(name, phase)] = array("d")
+            times.append(ms)
+            if self.table is not None:
+                self.table.add({"id": call_id, "name": name, "phase": phase, "elapsed_ms": round(ms, 6),
+                                "step": step, "call_site": site})
+
+    def _finished(self, call_id: int, name: str, phase: str, step: int, site: str, start: Any, end: Any) -> None:
+        """One call's phase has ended (``start``/``end``: a time or an event, or lists of pairs)."""
+        if self.mode == "sync":
+            self._row(call_id, name, phase, step, site, (end - start) * 1e3)
+            return
+        pairs = start if isinstance(start, list) else [(start, end)]
+        with self._lock:
+            self._pending.append((call_id, name, phase, step, site, pairs))
+            full = len(self._pending) >= MAX_PENDING
+        if full:
+            self._resolve()
+
+    def _resolve(self) -> None:
+        """Read the events of every waiting call (one synchronization) and write their rows."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        self._sync()
+        for call_id, name, phase, step, site, pairs in pending:
+            ms = sum(a.elapsed_time(b) for a, b in pairs)
+            self._row(call_id, name, phase, step, site, ms)
+
+    # -- forward ---------------------------------------------------------------------------------------
+    def before(self, call: OpCall) -> _Forward | None:
+        if call.outputs:  # the engine ran it already (no input on the device): its time is unknown
+            self.untimed += 1
+            return None
+        return _Forward(self._mark(), _sequence_nr())
+
+    def after(self, call: OpCall, state: _Forward | None, output: Any) -> None:
+        if state is None:
+            return
+        end = self._mark()
+        seq1 = _sequence_nr()
+        site = call.call_site
+        if self.mode == "sync":
+            self._row(call.call_id, call.name, "forward", call.step, site, (end - state.start) * 1e3)
+        else:
+            self._finished(call.call_id, call.name, "forward", call.step, site, state.start, end)
+        if self.backward and seq1 != state.seq0:
+            self._hook_backward(call, state.seq0, seq1)
+
+    # -- backward --------------------------------------------------------------------------------------
+    def _hook_backward(self, call: OpCall, seq0: int, seq1: int) -> None:
+        """A pre-hook and a post-hook on every autograd node the call created."""
+        created: list[Any] = []
+        seen: set[int] = set()
+        for out in call.outputs:
+            fn = out.grad_fn
+            if fn is not None and id(fn) not in seen and seq0 <= fn._sequence_nr() < seq1:
+                seen.add(id(fn))
+                created.append(fn)
+        stack = list(created)
+        while stack:
+            node = stack.pop()
+            for nf, _ in node.next_functions:
+                if nf is not None and id(nf) not in seen and seq0 <= nf._sequence_nr() < seq1:
+                    seen.add(id(nf))
+                    created.append(nf)
+                    stack.append(nf)
+        if not created:
+            return
+        rec = _Backward(call)
+        for k, node in enumerate(created):
+            node.register_prehook(functools.partial(self._node_started, rec, k))
+            node.register_hook(functools.partial(self._node_finished, rec, k))
+
+    def _node_started(self, rec: _Backward, k: int, grad_outputs: Any) -> None:
+        if self.opened:
+            rec.open[k] = self._mark()
+
+    def _node_finished(self, rec: _Backward, k: int, grad_inputs: Any, grad_outputs: Any) -> None:
+        start = rec.open.pop(k, None)
+        if start is None or not self.opened:
+            return
+        end = self._mark()
+        if self.mode == "sync":
+            rec.seconds += end - start
+        else:
+            rec.events.append((start, end))
+        if not rec.queued:
+            rec.queued = True
+            queue = getattr(self._local, "queue", None)
+            if queue is None:
+                queue = self._local.queue = []
+            queue.append(rec)
+            if len(queue) == 1:
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+
+    def _backward_done(self) -> None:
+        queue, self._local.queue = getattr(self._local, "queue", []), []
+        for rec in queue:
+            rec.queued = False
+            if self.mode == "sync":
+                self._row(rec.call_id, rec.name, "backward", rec.step, rec.site, rec.seconds * 1e3)
+                rec.seconds = 0.0
+            else:
+                events, rec.events = rec.events, []
+                self._finished(rec.call_id, rec.name, "backward", rec.step, rec.site, events, None)
+
+    # -- torch.distributed -----------------------------------------------------------------------------
+    def _patch_collectives(self) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        for attr in COLLECTIVES:
+            original = getattr(dist, attr, None)
+            if original is None or not callable(original):
+                continue
+            wrapper = self._wrap_collective(original, f"torch.distributed.{attr}")
+            setattr(dist, attr, wrapper)
+            self._patched.append((dist, attr, original, wrapper))
+
+    def _unpatch_collectives(self) -> None:
+        for owner, attr, original, wrapper in reversed(self._patched):
+            if getattr(owner, attr, None) is wrapper:  # else another wrapper went on top; ours passes through
+                setattr(owner, attr, original)
+        self._patched.clear()
+
+    def _wrap_collective(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """A wrapper handing the collective to the engine as ``name``. Most collectives also dispatch to the
+        torch function mode themselves (as ``torch.distributed.distributed_c10d.<fn>``): the wrapped call runs
+        with that dispatch off, so every active tool sees it once, under ``name``."""
+        info = FunctionInfo(name, True, False, False)
+        tool = self
+
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            with torch._C.DisableTorchFunction():
+                return original(*args, **kwargs)
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not tool.active or not tool.acts_on(name):
+                return original(*args, **kwargs)
+            tools = engine.tools
+            tensors = collect_tensors((args, kwargs), [], set())
+            if any(t.device.type == tool.device_type for t in tensors):
+                return run_call(tools, info, inner, args, kwargs, sys._getframe(1))
+            # No tensor on the device (barrier, object collectives): the host's time, the device idle before.
+            others = [t for t in tools if t is not tool]
+            call = OpCall(info, args, kwargs, [], sys._getframe(1))
+            start = tool._sync_mark()
+            try:
+                return run_call(others, info, inner, args, kwargs, sys._getframe(1)) if others else \
+                    original(*args, **kwargs)
+            finally:
+                try:
+                    end = tool._sync_mark()
+                    tool._row(call.call_id, name, "forward", call.step, call.call_site, (end - start) * 1e3)
+                except Exception as exc:
+                    engine.report(tool, name, "timing the call", exc)
+                call.release()
+
+        wrapper.__op_tools_original__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+    def _sync_mark(self) -> float:
+        self._sync()
+        return time.perf_counter()
+
+    # -- summary ---------------------------------------------------------------------------------------
+    def summary(self) -> list[dict[str, Any]]:
+        """One entry per op name and phase: ``name, phase, calls, total_ms, mean_ms, p50_ms, p95_ms, share``
+        (of the time measured in the block, 0..1), largest total first."""
+        self._resolve()
+        with self._lock:
+            items = [(key, sorted(values)) for key, values in self._times.items()]
+        grand = sum(math.fsum(v) for _, v in items) or 1.0
+        entries = []
+        for (name, phase), values in items:
+            total = math.fsum(values)
+            entries.append({"name": name, "phase": phase, "calls": len(values), "total_ms": total,
+                            "mean_ms": total / len(values), "p50_ms": _percentile(values, 0.5),
+                            "p95_ms": _percentile(values, 0.95), "share": total / grand})
+        entries.sort(key=lambda e: (-e["total_ms"], e["name"], e["phase"]))
+        return entries
+
+    def summary_text(self, top: int | None = None) -> str:
+        """The console summary: one line of totals, then the ``top`` entries as a table."""
+        entries = self.summary()
+        top = self.top if top is None else top
+        fwd = sum(e["calls"] for e in entries if e["phase"] == "forward")
+        bwd = sum(e["calls"] for e in entries if e["phase"] == "backward")
+        measured = sum(e["total_ms"] for e in entries)
+        head = f"{self.name} ({self.mode} mode): {fwd} forward and {bwd} backward calls timed, {measured:.3f} ms in ops"
+        if self.block_ms > 0:
+            head += f" in a {self.block_ms:.1f} ms block"
+        if self.untimed:
+            head += f" ({self.untimed} calls made on the host untimed)"
+        head += f"; results in {self.run_dir}"
+        if not entries or top <= 0:
+            return head
+        shown = entries[:top]
+        width = max(len("op"), *(len(e["name"]) for e in shown))
+        lines = [head, f"{'op':<{width}}  {'phase':<8} {'calls':>7} {'total ms':>11} {'mean ms':>10} {'p50 ms':>10} "
+                       f"{'p95 ms':>10} {'share':>7}"]
+        for e in shown:
+            lines.append(f"{e['name']:<{width}}  {e['phase']:<8} {e['calls']:>7} {e['total_ms']:>11.3f} "
+                         f"{e['mean_ms']:>10.4f} {e['p50_ms']:>10.4f} {e['p95_ms']:>10.4f} {e['share']:>6.1%}")
+        if len(entries) > top:
+            lines.append(f"... and {len(entries) - top} more (summary.csv)")
+        return "\n".join(lines)
+
+    def _write_summary(self, run_dir: Path) -> None:
+        entries = self.summary()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        keys = ("name", "phase", "calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share")
+        with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(keys)
+            for e in entries:
+                writer.writerow([round(e[k], 6) if isinstance(e[k], float) else e[k] for k in keys])
+        (run_dir / "timing_report.html").write_text(_render(entries, self, run_dir), encoding="utf-8")
+
+
+def _render(entries: list[dict[str, Any]], tool: OpTimeMeasure, run_dir: Path, top: int = 30) -> str:
+    """A self-contained page: a bar chart (inline SVG) of the top entries by total time and the summary table."""
+    esc = html.escape
+    shown = entries[:top]
+    biggest = max((e["total_ms"] for e in shown), default=0.0) or 1.0
+    label_w, bar_w, row_h = 420, 460, 22
+    bars = []
+    for i, e in enumerate(shown):
+        y = i * row_h
+        w = max(1.0, bar_w * e["total_ms"] / biggest)
+        color = "#3b6fb6" if e["phase"] == "forward" else "#d9822b"
+        bars.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{esc(e["name"])} '
+                    f'({esc(e["phase"])})</text><rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" '
+                    f'fill="{color}"><title>{e["total_ms"]:.3f} ms in {e["calls"]} calls</title></rect>'
+                    f'<text x="{label_w + w + 4:.1f}" y="{y + 15}">{e["total_ms"]:.3f} ms '
+                    f'({e["share"]:.1%})</text>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 160}" height="{len(shown) * row_h}" '
+           f'font-family="monospace" font-size="12">{"".join(bars)}</svg>')
+    cols = ("name", "phase", "calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share")
+    head = "".join(f"<th>{c}</th>" for c in cols)
+    body = []
+    for e in entries:
+        cells = []
+        for c in cols:
+            v = e[c]
+            text = f"{v:.1%}" if c == "share" else f"{v:.4f}" if isinstance(v, float) else str(v)
+            cells.append(f'<td class="{"num" if c not in ("name", "phase") else ""}">{esc(text)}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    title = f"{tool.name} ({tool.mode} mode): {run_dir}"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title><style>'
+            "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+            "padding:2px 8px}td.num{text-align:right;font-family:monospace}th{background:#eee}</style></head><body>"
+            f"<h1>{esc(tool.name)}: time by op</h1><p>{esc(tool.mode)} mode &middot; device {esc(tool.device_type)}"
+            f" &middot; {tool.block_ms:.1f} ms block &middot; written {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}"
+            f" &middot; rows in <code>{esc(str(run_dir / 'results.jsonl'))}</code></p>"
+            f"<h2>Top {len(shown)} by total time (blue: forward, orange: backward)</h2>{svg}"
+            f"<h2>Summary</h2><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            "</body></html>\n")
