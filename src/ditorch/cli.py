@@ -6,16 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from ditorch import __version__
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
-    return value
+from op_tools.config import int_at_least
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -47,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a tiny Llama-style model (2 layers, hidden 128) on synthetic data for a few steps "
                     "on the best available device: a native accelerator if PyTorch has one, else dipu.",
     )
-    p.add_argument("--steps", type=_non_negative_int, default=demo.DEFAULT_STEPS,
+    p.add_argument("--steps", type=int_at_least(0), default=demo.DEFAULT_STEPS,
                    help=f"training steps (default {demo.DEFAULT_STEPS})")
     p.add_argument("--device", default=None,
                    help="device to use instead of the best available one (cpu, dipu, dipu:1, ...)")

@@ -25,21 +25,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ditorch import run as run_command
+from op_tools.config import int_at_least
 
 SORT_KEYS = ("self_cpu_time_total", "cpu_time_total")
 DEFAULT_TOP = 25
 #: Exit status when the script succeeded but the trace could not be written.
 EXIT_NO_TRACE = 1
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--out", metavar="FILE", default=None,
                        help="where to write the Chrome/Perfetto trace (default ditorch_profile_<time>.json in "
                             "$OP_TOOLS_RESULTS_DIR if set, else in the current directory)")
-    group.add_argument("--top", metavar="N", type=_positive_int, default=DEFAULT_TOP,
+    group.add_argument("--top", metavar="N", type=int_at_least(1), default=DEFAULT_TOP,
                        help=f"rows of the summary table (default {DEFAULT_TOP})")
     group.add_argument("--sort", choices=SORT_KEYS, default=SORT_KEYS[0],
                        help=f"order of the summary table (default {SORT_KEYS[0]})")

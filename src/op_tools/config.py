@@ -5,14 +5,17 @@ Each one also has a keyword argument on the tool; a keyword wins over the enviro
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from diopi.env import env_flag, split_list
 
 __all__ = [
     "env_flag",
+    "int_at_least",
     "op_list_from_env",
     "parse_byte_size",
     "parse_list",
@@ -68,6 +71,22 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "ki": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "mi": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "gi": 2**30, "t": 10**12,
           "tb": 10**12, "tib": 2**40, "ti": 2**40}
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An ``argparse`` type: an integer of at least ``minimum`` (``--run_times``, ``--top``, ``--steps``)."""
+    what = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
 
 
 def parse_byte_size(value: str | int, source: str) -> int:

@@ -22,16 +22,6 @@ from op_tools.replay import CaseResult, ReplayOptions, find_cases, replay_case, 
 __all__ = ["add_arguments", "main", "run"]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _flag(text: str | None) -> bool:
     # The seeds wrote `--only_run_forward True`; accept that form as well as the bare flag.
     if text is None:
@@ -49,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="DIR", help="a case directory, or a folder searched recursively for cases")
     parser.add_argument("--acc_check", nargs="?", const=None, default=False, type=_flag,
                         help="judge the device result against the CPU (and float64) instead of the captured output")
-    parser.add_argument("--run_times", type=_positive_int, default=1, help="runs per case (default 1)")
+    parser.add_argument("--run_times", type=config.int_at_least(1), default=1, help="runs per case (default 1)")
     parser.add_argument("--only_run_forward", nargs="?", const=None, default=False, type=_flag,
                         help="skip the backward pass")
     parser.add_argument("--sync_time_measure", nargs="?", const=None, default=False, type=_flag,
