@@ -83,6 +83,9 @@ def is_random_name(name: str) -> bool:
 def _raw_name(func: Callable[..., Any]) -> str:
     name = resolve_name(func)
     if name:
+        own = getattr(func, "__name__", None)
+        if own and name != f"torch.{own}" and getattr(torch, own, None) is func:
+            return f"torch.{own}"  # resolve_name answers torch.spmm for torch.mm: the function's own name wins
         return name
     owner = getattr(func, "__self__", None)
     short = getattr(func, "__name__", None) or repr(func)

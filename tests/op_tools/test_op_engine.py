@@ -45,6 +45,8 @@ def names(tool: Recorder) -> list[str]:
     (torch.cat, "torch.cat"),
     (torch._foreach_add_, "torch._foreach_add_"),
     (torch.Tensor.__getitem__, "torch.Tensor.__getitem__"),
+    (torch.mm, "torch.mm"),  # torch.overrides.resolve_name says torch.spmm
+    (torch.Tensor.mm, "torch.Tensor.mm"),
 ])
 def test_functions_get_the_seeds_names_and_resolve_back(func, name) -> None:
     info = function_info(func)
