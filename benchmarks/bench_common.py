@@ -148,3 +148,11 @@ def timed_round(kind: str, step: Callable[[], float], steps: int, workdir: Path,
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     return elapsed / steps, losses, written, counter.lines
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write a benchmark's result file (the project's JSON format), creating its folder."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")

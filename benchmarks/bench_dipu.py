@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 import torch
 
 import torch_dipu  # noqa: F401  (registers the dipu device)
-from bench_common import environment, w1_step
+from bench_common import environment, w1_step, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dipu.json"
 def time_calls(fn: Callable[[], object], calls: int) -> float:
@@ -120,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "env": environment(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print_table(results)
     print(f"wrote {args.out}")
     return 0

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import environment, w1_step
+from bench_common import environment, w1_step, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "import.json"
 SIDES = ("without", "with")
@@ -135,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     row = result(measure(args))
     report = {"name": "import", "unit": "ms", "results": [row], "env": environment()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print(f"{row['case']}: with ditorch {row['value']:.3f} ms, without {row['baseline']:.3f} ms, "
           f"ratio {row['ratio']:.3f} (target <= 1.02); import ditorch {row['ditorch_import_ms']:.1f} ms")
     print(f"wrote {args.out}")

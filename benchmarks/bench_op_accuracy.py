@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import shutil
 import statistics
 import sys
@@ -42,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import TARGETS, LineCounter, dir_bytes, environment, make_tool, timed_round, w1_step
+from bench_common import TARGETS, LineCounter, dir_bytes, environment, make_tool, timed_round, w1_step, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "op_accuracy.json"
 KINDS = ["plain", "autocompare", "overflow_check", "fallback", "dtype_cast"]
@@ -166,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {"name": "op_accuracy", "unit": "ms", "results": results,
                "env": {**environment(), "rounds": args.rounds, "steps_per_round": args.steps,
                        "rss_steps": args.rss_steps}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.out, payload)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

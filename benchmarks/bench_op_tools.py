@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_common import TARGETS, LineCounter, environment, timed_round, w1_step
+from bench_common import TARGETS, LineCounter, environment, timed_round, w1_step, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "op_tools.json"
 
@@ -131,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"the rest is ratio {result['ratio_without_reductions']:.2f}")
     payload = {"name": "op_tools", "unit": "ms", "results": results,
                "env": {**environment(), "rounds": args.rounds, "steps_per_round": args.steps}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.out, payload)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

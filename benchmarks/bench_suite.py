@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import time
 from pathlib import Path
 
 import bench_import
-from bench_common import TARGETS, environment, timed_round, w1_step
+from bench_common import TARGETS, environment, timed_round, w1_step, write_json
 
 DEFAULT_OUT_DIR = Path(__file__).resolve().parent / "results"
 DEVICES = ("cpu", "dipu")
@@ -193,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
            "wall_s": round(time.perf_counter() - start, 1)}
     payload = {"name": "suite", "unit": "ms", "results": rows, "env": env}
     table = markdown(payload, _command(args, parser))
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "suite.json").write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.out_dir / "suite.json", payload)
     (args.out_dir / "suite.md").write_text(table)
     print(table)
     print(f"wrote {args.out_dir / 'suite.json'} and {args.out_dir / 'suite.md'}", file=sys.stderr)
