@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import sys
 import time
@@ -86,19 +85,10 @@ def _report(prof: object, path: Path, sort: str, top: int) -> bool:
 
 def handle(args: argparse.Namespace) -> int:
     """The ``profile`` subcommand's handler."""
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        print("ditorch profile: no script given (usage: ditorch profile [options] -- script.py [args ...])",
-              file=sys.stderr)
-        return run_command.EXIT_NO_SCRIPT
-    importlib.import_module("ditorch")  # the adapter is active before the tools choose their device
-    try:
-        tools = run_command.build_tools(args)
-    except ValueError as exc:  # a malformed OP_* environment variable
-        print(f"ditorch profile: {exc}", file=sys.stderr)
-        return run_command.EXIT_BAD_TOOL
+    prepared = run_command.script_and_tools(args, "profile")
+    if isinstance(prepared, int):
+        return prepared
+    command, tools = prepared
     from op_tools.profiler_ranges import OpProfilerRanges
 
     # Chosen before the script runs (its start time; a script that changes directory does not move it).

@@ -112,20 +112,30 @@ def build_tools(args: argparse.Namespace) -> list[AbstractContextManager]:
     return tools
 
 
-def handle(args: argparse.Namespace) -> int:
-    """The ``run`` subcommand's handler (``args.command`` is the remainder after ditorch's options)."""
+def script_and_tools(args: argparse.Namespace, subcommand: str) -> tuple[list[str], list] | int:
+    """The script command (the remainder after ``--``) and the tools its options ask for, or the exit
+    status after a one-line error (no script; a malformed ``OP_*`` environment variable)."""
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        print("ditorch run: no script given (usage: ditorch run [options] -- script.py [args ...])", file=sys.stderr)
+        print(f"ditorch {subcommand}: no script given (usage: ditorch {subcommand} [options] -- script.py "
+              f"[args ...])", file=sys.stderr)
         return EXIT_NO_SCRIPT
     importlib.import_module("ditorch")  # the adapter is active before the tools choose their device
     try:
-        tools = build_tools(args)
+        return command, build_tools(args)
     except ValueError as exc:  # a malformed OP_* environment variable
-        print(f"ditorch run: {exc}", file=sys.stderr)
+        print(f"ditorch {subcommand}: {exc}", file=sys.stderr)
         return EXIT_BAD_TOOL
+
+
+def handle(args: argparse.Namespace) -> int:
+    """The ``run`` subcommand's handler (``args.command`` is the remainder after ditorch's options)."""
+    prepared = script_and_tools(args, "run")
+    if isinstance(prepared, int):
+        return prepared
+    command, tools = prepared
     return run_script(command[0], command[1:], tools)
 
 
