@@ -1,15 +1,17 @@
 """The DIOPI function table: each line names a function, the ATen operator packets it serves, and tags.
 
 Tags: ``random`` (never compared by value), ``matmul`` (affected by a device's matmul precision),
-``backward`` (a gradient kernel). The signature documented for each function is the ATen schema of
-the first packet it serves, in DIOPI naming.
+``backward`` (a gradient kernel). A function's reference is the ATen operator on the CPU, except where
+the CPU build lacks the operator (:mod:`diopi.host_kernels`). The signature documented for each function
+is the ATen schema of the first packet it serves, in DIOPI naming.
 """
 
 from __future__ import annotations
 
 import torch
 
-from diopi.registry import DiopiFunction, register_function
+from diopi.host_kernels import REFERENCES
+from diopi.registry import DiopiFunction, reference_impl, register_function
 
 # name | ATen packets | tags
 _TABLE = """
@@ -199,6 +201,10 @@ diopiForeachCopy | _foreach_copy_ |
 diopiForeachNeg | _foreach_neg _foreach_neg_ |
 diopiForeachMaximum | _foreach_maximum _foreach_maximum_ |
 diopiForeachPow | _foreach_pow _foreach_pow_ |
+diopiLstmCell | _thnn_fused_lstm_cell |
+diopiLstmCellBackward | _thnn_fused_lstm_cell_backward_impl | backward
+diopiGruCell | _thnn_fused_gru_cell |
+diopiGruCellBackward | _thnn_fused_gru_cell_backward | backward
 """
 
 
@@ -223,6 +229,7 @@ def _load() -> None:
                 signature=_signature(name, aten[0]),
                 aten=aten,
                 tags=frozenset(tags.split()),
+                reference=REFERENCES.get(name, reference_impl),
             )
         )
 

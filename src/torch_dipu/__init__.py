@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from torch_dipu import dispatch, kernels
+from torch_dipu import device_module, dispatch, kernels
 from torch_dipu.config import DipuConfig
+from torch_dipu.generators import DipuGenerator
 from torch_dipu.memory import MemoryTracker
 from torch_dipu.registration import DEVICE_NAME, register_device
 from torch_dipu.runtime import DeviceRuntime, UnsupportedDtypeError
@@ -18,8 +19,8 @@ from torch_dipu.tensor import DipuTensor
 from torch_dipu.vendors import load_vendor
 
 __all__ = [
-    "DEVICE_NAME", "DeviceRuntime", "DipuTensor", "UnsupportedDtypeError", "backward_errors", "fallback_ops", "runtime",
-    "set_force_fallback",
+    "DEVICE_NAME", "DeviceRuntime", "DipuGenerator", "DipuTensor", "UnsupportedDtypeError", "backward_errors",
+    "fallback_ops", "runtime", "set_force_fallback",
 ]
 __version__ = "0.1.0"
 
@@ -32,12 +33,14 @@ def _init() -> None:
         runtime=rt,
         config=config,
         memory=MemoryTracker(count, [rt.memory_capacity(i) for i in range(count)], rt.name),
-        generators=[torch.Generator().manual_seed(torch.initial_seed()) for _ in range(count)],
+        generators=[],
         force_fallback_patterns=kernels.parse_fallback_list(config.force_fallback),
     )
     set_state(state)
     rt.on_config_change(dispatch.clear_handlers)
     register_device()
+    state.generators[:] = [DipuGenerator(i).manual_seed(torch.initial_seed()) for i in range(count)]
+    device_module.default_generators = tuple(state.generators)
 
 
 def runtime() -> DeviceRuntime:

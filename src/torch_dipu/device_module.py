@@ -14,8 +14,8 @@ from torch_dipu.streams import Event, Stream, current_stream, default_stream, se
 
 __all__ = [
     "Event", "Stream", "current_device", "current_stream", "default_stream", "device", "device_count",
-    "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state",
-    "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized",
+    "default_generators", "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_device_properties",
+    "get_rng_state", "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized",
     "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
     "memory_allocated", "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all",
     "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
@@ -30,8 +30,17 @@ def is_available() -> bool:
     return get_state().runtime.device_count() > 0
 
 
+#: Read by ``torch.utils.checkpoint`` before it stashes the device RNG state for recomputation.
+_initialized = True
+
+
 def is_initialized() -> bool:
     return True
+
+
+#: One generator per device, used by random operators called without ``generator=`` (as
+#: ``torch.cuda.default_generators``); filled when torch_dipu is imported.
+default_generators: tuple[torch.Generator, ...] = ()
 
 
 def _is_in_bad_fork() -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import diopi
-from torch_dipu import factories, kernels
+from torch_dipu import factories, kernels, storage
 from torch_dipu.state import get_state
 from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage
 
@@ -88,6 +88,22 @@ _ACCEPTS_HOST_TENSORS = frozenset(
      "_index_put_impl_", "_unsafe_index", "_unsafe_index_put", "tensor_split", "set_",
      "_has_compatible_shallow_copy_type", "is_same_size", "is_set_to"}
 )
+
+
+# Arguments that may be host tensors where CUDA's kernels accept (or require) them on the CPU: sequence
+# lengths and batch sizes, which the kernels read on the host. Every other argument of these operators
+# follows the usual rule.
+_HOST_ARGUMENTS = {
+    "_ctc_loss": ("input_lengths", "target_lengths"),
+    "_ctc_loss_backward": ("input_lengths", "target_lengths"),
+    "_pack_padded_sequence": ("lengths",),
+    "_pack_padded_sequence_backward": ("batch_sizes",),
+    "_pad_packed_sequence": ("batch_sizes",),
+}
+
+
+# Results that stay on the host, as CUDA's kernels return them: a packed sequence's batch sizes and lengths.
+_HOST_OUTPUTS = {"_pack_padded_sequence": (1,), "_pad_packed_sequence": (1,)}
 
 
 def _reject_mixed_devices(func: torch._ops.OpOverload, values: Any, device: torch.device | None,
@@ -173,6 +189,9 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     generators = state.generators
     make = _make_view if is_view else from_storage
     check_host = packet not in _ACCEPTS_HOST_TENSORS
+    host_names = _HOST_ARGUMENTS.get(packet, ())
+    host_positions = frozenset(i for i, a in enumerate(schema.arguments) if a.name in host_names)
+    host_outputs = _HOST_OUTPUTS.get(packet, ())
     ranged = range_name(func, plan)
 
     def wrap(out: Any, device: torch.device) -> Any:
@@ -181,6 +200,8 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                 track(out, device.index)
             return make(out, device)
         if type(out) is tuple or type(out) is list:
+            if host_outputs:
+                return type(out)(o if i in host_outputs else wrap(o, device) for i, o in enumerate(out))
             return type(out)(wrap(o, device) for o in out)
         return out
 
@@ -198,7 +219,8 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             device = first.device if type(first) is DipuTensor else _first_device(args)
             uargs = [x._raw if type(x) is DipuTensor else x for x in args]
             if (check_host and _Tensor in map(type, args)) or state.several_devices:
-                _reject_mixed_devices(func, args, device, check_host)
+                checked = [a for i, a in enumerate(args) if i not in host_positions] if host_names else args
+                _reject_mixed_devices(func, checked, device, check_host)
         run = direct
         if kwargs:
             if device is None:
@@ -212,7 +234,8 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                     v = _unwrap_list(v)
                 ukwargs[k] = v
             if check_host or state.several_devices:
-                _reject_mixed_devices(func, kwargs.values(), device, check_host)
+                checked = [v for k, v in kwargs.items() if k not in host_names] if host_names else kwargs.values()
+                _reject_mixed_devices(func, checked, device, check_host)
             if check_dtype and ukwargs.get("dtype") is not None:
                 check_dtype(ukwargs["dtype"])
             if has_device_kwarg:
@@ -260,6 +283,16 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                 track(out, device.index)
             return make(out, device)
         return wrap(out, device)
+
+    if storage.has_storage_argument(schema):
+        # ``set_(storage)`` with a dipu storage (Tensor.untyped_storage() of a dipu tensor): the vendor's storage.
+        on_device_storages = handler
+
+        def handler(args: tuple, kwargs: dict | None) -> Any:
+            args = tuple(storage.host_storage(a) for a in args)
+            if kwargs:
+                kwargs = {k: storage.host_storage(v) for k, v in kwargs.items()}
+            return on_device_storages(args, kwargs)
 
     if plan.needs_device_rng and not has_generator:
         # The kernel draws from the host's default generator: give it the tensor's device generator.

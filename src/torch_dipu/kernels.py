@@ -103,14 +103,17 @@ def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
     if packet in NATIVE_PACKETS or returns_view(func._schema):
         return KernelPlan("native", _run_on_storage, None)
     fn = diopi.function_for_aten(func)
+    # The CPU fallback runs the ATen operator on the host; for the few the CPU build lacks (CUDA-only fused
+    # kernels), the DIOPI reference implementation is the host's way to compute it.
+    host = fn.reference if fn is not None and fn.reference is not reference_impl else _run_on_storage
     if matches(state.force_fallback_patterns, func):
-        plan = KernelPlan("fallback", _run_on_storage, fn, "forced by DIPU_FORCE_FALLBACK_OPS_LIST")
+        plan = KernelPlan("fallback", host, fn, "forced by DIPU_FORCE_FALLBACK_OPS_LIST")
     elif fn is None:
-        plan = KernelPlan("fallback", _run_on_storage, None, "no DIOPI function maps this operator")
+        plan = KernelPlan("fallback", host, None, "no DIOPI function maps this operator")
     else:
         kernel = state.runtime.kernel(fn, func)
         if kernel is None:
-            plan = KernelPlan("fallback", _run_on_storage, fn, f"{state.runtime.name} does not implement {fn.name}")
+            plan = KernelPlan("fallback", host, fn, f"{state.runtime.name} does not implement {fn.name}")
         else:
             plan = KernelPlan("vendor", kernel, fn)
     if plan.kind == "fallback":

@@ -6,7 +6,18 @@ import sys
 
 import torch
 
-from torch_dipu import accelerator, autocast, composites, device_module, factories, shutdown
+from torch_dipu import (
+    accelerator,
+    autocast,
+    composites,
+    device_module,
+    factories,
+    generators,
+    module_state,
+    pinned,
+    shutdown,
+    storage,
+)
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
@@ -42,15 +53,6 @@ class DipuGuard(torch._C._acc.DeviceGuard):
 _KEEPALIVE: list[object] = []
 
 
-def _restore_dipu_storage(storage: object, location: str) -> object | None:
-    """``torch.load(map_location="dipu")``: keep the host storage; the tensor rebuild moves it to dipu.
-
-    dipu tensors pickle as a CPU tensor plus their device (``DipuTensor.__reduce_ex__``). Without this
-    deserializer PyTorch would try to allocate a dipu storage directly, which a Python backend cannot do.
-    """
-    return storage if location.startswith(DEVICE_NAME) else None
-
-
 def register_device() -> None:
     """Rename PrivateUse1 to ``dipu`` and register its module, hooks, guard, kernels and methods."""
     current = torch._C._get_privateuse1_backend_name()
@@ -75,10 +77,13 @@ def register_device() -> None:
     _KEEPALIVE.extend([aten_impls, fallbacks])  # registrations live only as long as their Library
     factories.register(aten_impls)
     composites.register(aten_impls)
+    pinned.register(aten_impls)
     autocast.register(aten_impls, fallbacks)
     accelerator.install()
+    module_state.install()
+    generators.install()
     shutdown.register()
-    torch.serialization.register_package(15, lambda storage: None, _restore_dipu_storage)
+    torch.serialization.register_package(15, lambda storage: None, storage.restore_location)
     # Run backward passes on the calling thread. PyTorch would otherwise run dipu's part of every
     # backward on a device worker thread; dipu kernels are Python (they need the GIL), so the worker
     # only adds thread handoffs and a second OpenMP thread team that competes for the cores

@@ -67,6 +67,12 @@ class DeviceRuntime(ABC):
         """Allocate an uninitialized storage tensor with the given geometry."""
         return torch.empty_strided(size, stride, dtype=dtype)
 
+    def new_pinned_host_storage(self, size: tuple[int, ...], stride: tuple[int, ...],
+                                dtype: torch.dtype) -> torch.Tensor:
+        """Allocate uninitialized page-locked host memory (``Tensor.pin_memory()``) that the device can copy
+        from without staging. Python vendors copy synchronously, so ordinary host memory serves."""
+        return torch.empty_strided(size, stride, dtype=dtype)
+
     def properties(self, index: int) -> dict[str, Any]:
         """Static device properties reported by ``torch.dipu.get_device_properties``."""
         return {"name": self.name, "total_memory": self.memory_capacity(index)}

@@ -13,14 +13,16 @@ from typing import Any
 
 import torch
 
+from torch_dipu.storage import device_storage
+
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 
 
 class DipuTensor(torch.Tensor):
     """A tensor on the dipu device. ``_raw`` is the vendor's storage tensor with the same view metadata."""
 
-    # A slot, not an instance dict: one object fewer per tensor for the allocator and the GC.
-    __slots__ = ("_raw",)
+    # ``_raw`` lives in the instance dict, not in a slot: a parameter moved onto dipu keeps its Python
+    # object by changing its class (torch_dipu.module_state), which needs the layout of torch.Tensor.
 
     # Skip Python-level __torch_function__ handling: it would tax every tensor method call.
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -66,7 +68,7 @@ class DipuTensor(torch.Tensor):
         return "Parameter containing:\n" + text if is_param else text
 
     def __deepcopy__(self, memo: dict[int, Any]) -> DipuTensor:
-        # torch's version would deep-copy the ``_raw`` slot over the clone's own (accounted) storage.
+        # torch's version would deep-copy ``_raw`` over the clone's own (accounted) storage.
         if id(self) in memo:
             return memo[id(self)]
         if not self.is_leaf:
@@ -77,8 +79,9 @@ class DipuTensor(torch.Tensor):
         memo[id(self)] = new
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
-        for name, value in getattr(self, "__dict__", {}).items():
-            setattr(new, name, copy.deepcopy(value, memo))
+        for name, value in self.__dict__.items():
+            if name != "_raw":
+                setattr(new, name, copy.deepcopy(value, memo))
         return new
 
     @property
@@ -90,7 +93,7 @@ class DipuTensor(torch.Tensor):
         # ``p.data = new`` (Module.to(dtype), optimizers, user code) swaps the tensor's metadata in C++; the
         # vendor storage must follow, or the tensor would say bfloat16 and hold float32.
         _TENSOR_DATA.__set__(self, value)
-        self._raw = value._raw if type(value) is DipuTensor else value
+        self._raw = value._raw if isinstance(value, DipuTensor) else value
 
     def numpy(self, *, force: bool = False) -> Any:
         if force:
@@ -99,6 +102,10 @@ class DipuTensor(torch.Tensor):
             f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
             "host memory first."
         )
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """A storage on this tensor's device aliasing the vendor's memory (see torch_dipu.storage)."""
+        return device_storage(self._raw.untyped_storage(), self.device)
 
     def data_ptr(self) -> int:
         """The address of the first element in the vendor's storage (0 is what PyTorch would answer)."""

@@ -25,7 +25,7 @@ import torch
 from ditorch.adapters.base import Adapter
 from ditorch.mocking import cuda_module, device_strings, distributed, show_device, switches
 from ditorch.mocking.device_strings import Translator
-from ditorch.mocking.dtype_policy import DtypePolicy, supports_dtype_query
+from ditorch.mocking.dtype_policy import DtypePolicy, plugin_directory, supports_dtype_query
 from ditorch.mocking.patches import Patches
 
 __all__ = ["MockState", "install", "installed", "uninstall"]
@@ -64,7 +64,8 @@ def install(adapter: Adapter, *, show_device_as_cuda: bool | None = None,
     show = switches.show_device_as_cuda() if show_device_as_cuda is None else bool(show_device_as_cuda)
     casts = switches.dtype_cast() if dtype_cast is _UNSET else switches.parse_dtype_cast(dtype_cast, "dtype_cast")
     module = adapter.device_module()
-    policy = DtypePolicy(casts, supports_dtype_query(adapter), adapter.device_type) if casts else None
+    policy = DtypePolicy(casts, supports_dtype_query(adapter), adapter.device_type, plugin_directory(adapter)) \
+        if casts else None
     # Single-device backends (mps) have no current_device: their only device is 0.
     current_device = getattr(module, "current_device", lambda: 0)
     device_count = getattr(module, "device_count", lambda: 1)

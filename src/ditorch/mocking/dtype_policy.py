@@ -41,12 +41,19 @@ def supports_dtype_query(adapter: Adapter) -> Callable[[torch.dtype], bool]:
     return lambda dtype: True
 
 
-def _user_stacklevel() -> tuple[int, tuple[str, int]]:
-    """The ``stacklevel`` of the first frame outside torch and ditorch (seen from ``warnings.warn`` called in
-    :meth:`DtypePolicy._warn`), and that frame's (file, line)."""
+def plugin_directory(adapter: Adapter) -> str | None:
+    """The package directory of the adapter's device plugin (its frames are not the user's code either)."""
+    module = sys.modules.get(adapter.framework)
+    path = getattr(module, "__file__", None)
+    return os.path.dirname(path) if path else None
+
+
+def _user_stacklevel(internal: tuple[str, ...]) -> tuple[int, tuple[str, int]]:
+    """The ``stacklevel`` of the first frame outside ``internal`` (torch, ditorch, the device plugin), seen
+    from ``warnings.warn`` called in :meth:`DtypePolicy._warn`, and that frame's (file, line)."""
     frame = sys._getframe(3)
     level = 3
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(internal):
         frame = frame.f_back
         level += 1
     return level, (frame.f_code.co_filename, frame.f_lineno)
@@ -56,10 +63,11 @@ class DtypePolicy:
     """The cast table of ``DITORCH_DTYPE_CAST`` and the device's dtype query."""
 
     def __init__(self, casts: dict[torch.dtype, torch.dtype], supports: Callable[[torch.dtype], bool],
-                 device_type: str) -> None:
+                 device_type: str, plugin_dir: str | None = None) -> None:
         self.casts = casts
         self.supports = supports
         self.device_type = device_type
+        self.internal = _INTERNAL + ((plugin_dir,) if plugin_dir else ())
         self._warned: set[tuple[str, int]] = set()
 
     def target(self, dtype: torch.dtype | None, what: str) -> torch.dtype | None:
@@ -71,7 +79,7 @@ class DtypePolicy:
         return new
 
     def _warn(self, old: torch.dtype, new: torch.dtype, what: str) -> None:
-        level, site = _user_stacklevel()
+        level, site = _user_stacklevel(self.internal)
         if site in self._warned:
             return
         self._warned.add(site)
