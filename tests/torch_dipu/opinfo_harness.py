@@ -10,30 +10,39 @@ cotangent). The outcome is pass, fail (reason) or skip (reason: the op cannot be
 from __future__ import annotations
 
 import functools
-import json
-import signal
-import time
-import warnings
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
-
-import torch_dipu  # noqa: F401  (registers the dipu device)
-from diopi.compare import Verdict, compare_outputs
+from conformance_common import (
+    NO_GRAD,
+    Outcome,
+    Suite,
+    cotangents_for,
+    error,
+    judge,
+    judge_with_reference,
+    leaves,
+    load_json,
+    mover,
+    on_cpu,
+    run_samples,
+    with_timeout,
+)
+from torch.testing._internal import common_utils
+from torch.testing._internal.opinfo import core as opinfo_core
+from torch.utils._pytree import tree_map
 
 HERE = Path(__file__).resolve().parent
 EXPECTATIONS = HERE / "opinfo_expected_failures.json"
 SKIPS = HERE / "opinfo_skips.json"
 MODES = ("forward", "backward")
 MAX_SAMPLES = 8
-OP_TIME_BUDGET = 2.0  # seconds of samples per op and mode; later samples are dropped once exceeded
-OP_TIMEOUT = 60  # seconds; an op still running then is reported as a failure (hang)
+OP_TIMEOUT = 600  # seconds; only a hang gets anywhere near it (an op takes well under one)
 
 # Ops whose values are random: only shapes and dtypes are compared.
 RANDOM_OPS = frozenset(
@@ -53,20 +62,6 @@ CPU_ARGUMENT_OPS = frozenset({"tensor_split"})
 EXCLUDED_OPS: dict[str, str] = {}
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # "pass", "fail" or "skip"
-    reason: str = ""
-
-
-class _CpuError(Exception):
-    """The reference run on CPU failed: the sample is unusable."""
-
-
-class _Timeout(BaseException):
-    pass
-
-
 def full_name(op: Any) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
@@ -80,85 +75,11 @@ def conformance_ops() -> dict[str, Any]:
 
 
 def load_expectations() -> dict[str, dict[str, str]]:
-    return json.loads(EXPECTATIONS.read_text()) if EXPECTATIONS.exists() else {}
-
-
-# ----------------------------------------------------------------------------------------------- comparison
-
-
-def _first_line(text: str, limit: int = 160) -> str:
-    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_first_line(str(exc))}"
-
-
-def _compare_values(actual: list, expected: list, expected_fp64: list | None, op: str) -> str | None:
-    """None when every tensor passes the comparison rules (diopi.compare), else the first failure message."""
-    for r in compare_outputs(actual, expected, expected_fp64=expected_fp64, op=op):
-        if r.verdict is Verdict.FAIL:
-            return _first_line(r.message.removeprefix("FAIL "))
-    return None
-
-
-def _leaves(tree: Any) -> list:
-    return tree_flatten(tree)[0]
-
-
-def _judge(actual: Any, expected: Any, expected_fp64: Any, name: str, values: bool, what: str) -> str | None:
-    """Compare two pytrees of results; None when they agree."""
-    a_leaves, e_leaves = _leaves(actual), _leaves(expected)
-    if len(a_leaves) != len(e_leaves):
-        return f"{what}: {len(a_leaves)} results on dipu, {len(e_leaves)} on CPU"
-    f_leaves = _leaves(expected_fp64) if expected_fp64 is not None else None
-    if f_leaves is not None and len(f_leaves) != len(e_leaves):
-        f_leaves = None
-    a_t, e_t, f_t = [], [], []
-    for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
-        if isinstance(e, torch.Tensor):
-            if not isinstance(a, torch.Tensor):
-                return f"{what}[{i}]: dipu returned {type(a).__name__}, CPU a tensor"
-            if a.device.type != "dipu" and e.device.type == "cpu":
-                return f"{what}[{i}]: result on {a.device}, expected dipu"
-            if a.shape != e.shape or a.dtype != e.dtype:
-                return f"{what}[{i}]: dipu {a.dtype}{list(a.shape)} vs CPU {e.dtype}{list(e.shape)}"
-            if values:
-                a_t.append(a.detach().cpu())
-                e_t.append(e.detach())
-                f = f_leaves[i] if f_leaves is not None else None
-                f_t.append(f.detach() if isinstance(f, torch.Tensor) and f.shape == e.shape else None)
-        elif (
-            values
-            and (e is None or isinstance(e, bool | int | float | str | torch.dtype | torch.Size))
-            and a != e
-            and not (isinstance(e, float) and e != e and a != a)
-        ):
-            return f"{what}[{i}]: dipu {a!r} vs CPU {e!r}"
-    if not a_t:
-        return None
-    use_fp64 = f_leaves is not None and all(f is not None for f in f_t)
-    message = _compare_values(a_t, e_t, f_t if use_fp64 else None, name)
-    return f"{what} {message}" if message else None  # e.g. "grad out[0]: 3/20 elements ..."
+    """The expected failures: op -> {mode: reason}."""
+    return load_json(EXPECTATIONS)
 
 
 # ----------------------------------------------------------------------------------------------- running
-
-
-def _to(device: str, dtype: torch.dtype | None = None) -> Callable[[Any], Any]:
-    def move(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            t = x.detach()
-            if dtype is not None and t.dtype == torch.float32:
-                t = t.to(torch.float64)
-            t = t.to(device) if device != "cpu" else t.clone()
-            return t.requires_grad_(x.requires_grad)
-        if device != "cpu" and (x == "cpu" if isinstance(x, str) else isinstance(x, torch.device) and x.type == "cpu"):
-            return torch.device(device)  # a device argument (factories, ``Tensor.to``)
-        return x
-
-    return move
 
 
 def _device_kwargs(kwargs: dict, device: str) -> dict:
@@ -168,16 +89,17 @@ def _device_kwargs(kwargs: dict, device: str) -> dict:
 
 
 def _prepare(sample: Any, device: str, fp64: bool, name: str) -> tuple[Any, tuple, dict]:
-    move = _to(device, torch.float64 if fp64 else None)
+    dtype = torch.float64 if fp64 else None
+    move = mover(device, dtype)
     inp = tree_map(move, sample.input)
     # Some ops take index tensors that must live on the CPU whatever the device (as on CUDA).
-    args, kwargs = tree_map(move if name not in CPU_ARGUMENT_OPS else _to("cpu", torch.float64 if fp64 else None),
+    args, kwargs = tree_map(move if name not in CPU_ARGUMENT_OPS else mover("cpu", dtype),
                             (tuple(sample.args), dict(sample.kwargs)))
     return inp, args, _device_kwargs(kwargs, device)
 
 
 def _grad_leaves(tree: Any) -> list[torch.Tensor]:
-    return [t for t in _leaves(tree) if isinstance(t, torch.Tensor) and t.requires_grad]
+    return [t for t in leaves(tree) if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
 def _call(op: Any, inp: Any, args: tuple, kwargs: dict, backward: bool) -> Any:
@@ -197,31 +119,36 @@ def _forward(op: Any, sample: Any, device: str, fp64: bool = False) -> tuple[Any
 
 def _differentiable_outputs(out: Any, sample: Any) -> list[torch.Tensor]:
     out = sample.output_process_fn_grad(out)
-    return [t for t in _leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad
+    return [t for t in leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad
             and (t.is_floating_point() or t.is_complex())]
 
 
 def _backward(op: Any, sample: Any, device: str, cotangents: list[torch.Tensor] | None, fp64: bool = False) -> Any:
     """Gradients of the sample's grad-requiring inputs; returns (grads, cotangents used)."""
     inp, args, kwargs = _prepare(sample, device, fp64, op.name)
-    leaves = _grad_leaves((inp, args, kwargs))
+    grad_leaves = _grad_leaves((inp, args, kwargs))
     outs = _differentiable_outputs(_call(op, inp, args, kwargs, backward=True), sample)
-    if not leaves or not outs:
+    if not grad_leaves or not outs:
         return None, None
     if cotangents is None:
-        gen = torch.Generator().manual_seed(0)
-        cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
+        cotangents = cotangents_for(outs)
     grad_outputs = [c.to(device=o.device, dtype=o.dtype) for c, o in zip(cotangents, outs, strict=True)]
-    grads = torch.autograd.grad(outs, leaves, grad_outputs, allow_unused=True)
-    return [g if g is not None else None for g in grads], cotangents
+    grads = torch.autograd.grad(outs, grad_leaves, grad_outputs, allow_unused=True)
+    return list(grads), cotangents
 
 
 def _samples(op: Any, backward: bool) -> Iterator[Any]:
-    return op.sample_inputs("cpu", torch.float32, requires_grad=backward)
+    # OpInfo looks for the unittest test being run (sample skips, input tracking) by crawling the whole call
+    # stack with inspect.stack(), which reads the source lines of every frame. There is none here; under
+    # pytest-xdist the deeper stack made that crawl half of the run time.
+    with mock.patch.object(common_utils, "extract_test_fn", _no_test), mock.patch.object(
+        opinfo_core, "extract_test_fn", _no_test
+    ):
+        return op.sample_inputs("cpu", torch.float32, requires_grad=backward)
 
 
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _Timeout()
+def _no_test() -> None:
+    return None
 
 
 def run_op(name: str, mode: str) -> Outcome:
@@ -232,24 +159,7 @@ def run_op(name: str, mode: str) -> Outcome:
     backward = mode == "backward"
     if backward and not op.supports_autograd:
         return Outcome("skip", "op does not support autograd")
-    alarm = hasattr(signal, "SIGALRM")
-    if alarm:
-        previous = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.alarm(OP_TIMEOUT)
-    try:
-        return _run(op, name, backward)
-    except _Timeout:
-        return Outcome("fail", f"timeout: still running after {OP_TIMEOUT}s")
-    finally:
-        if alarm:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
-
-
-def _run(op: Any, name: str, backward: bool) -> Outcome:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _run_samples(op, name, backward)
+    return with_timeout(lambda: _run_samples(op, name, backward), OP_TIMEOUT)
 
 
 def _run_samples(op: Any, name: str, backward: bool) -> Outcome:
@@ -257,91 +167,53 @@ def _run_samples(op: Any, name: str, backward: bool) -> Outcome:
     try:
         samples = list(islice(_samples(op, backward), MAX_SAMPLES))
     except Exception as exc:  # noqa: BLE001
-        return Outcome("skip", f"sample generation fails on CPU: {_error(exc)}")
+        return Outcome("skip", f"sample generation fails on CPU: {error(exc)}")
     values = name not in RANDOM_OPS and name not in UNINITIALIZED_OPS
     fp64 = torch.float64 in op.supported_dtypes("cpu")
-    ran = 0
-    cpu_errors: list[str] = []
-    start = time.perf_counter()
-    for i, sample in enumerate(samples):
-        if ran and time.perf_counter() - start > OP_TIME_BUDGET:
-            break
-        what = f"sample {i}"
-        try:
-            message = _run_backward(op, sample, name, values, fp64) if backward else _run_forward(
-                op, sample, name, values, fp64
-            )
-        except _CpuError as exc:
-            cpu_errors.append(str(exc))
-            continue
-        except _Timeout:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            return Outcome("fail", f"{what}: {_error(exc)}")
-        if message == "no-grad":
-            continue
-        ran += 1
-        if message:
-            return Outcome("fail", f"{what}: {message}")
-    if ran:
-        return Outcome("pass")
-    if cpu_errors:
-        return Outcome("skip", f"every sample fails on CPU: {cpu_errors[0]}")
-    if backward:
-        return Outcome("skip", "no sample has a differentiable output")
-    return Outcome("skip", "no samples")
-
-
-def _cpu(fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except Exception as exc:  # noqa: BLE001
-        raise _CpuError(_error(exc)) from exc
+    check = _run_backward if backward else _run_forward
+    return run_samples(samples, lambda sample: check(op, sample, name, values, fp64),
+                       lambda i, _: f"sample {i}", backward)
 
 
 def _run_forward(op: Any, sample: Any, name: str, values: bool, fp64: bool) -> str | None:
-    expected, cpu_inputs = _cpu(lambda: _forward(op, sample, "cpu"))
-    expected_fp64 = None
-    if fp64 and values:
-        try:
-            expected_fp64 = _forward(op, sample, "cpu", fp64=True)[0]
-        except Exception:  # noqa: BLE001
-            expected_fp64 = None
+    expected, cpu_inputs = on_cpu(lambda: _forward(op, sample, "cpu"))
     actual, dipu_inputs = _forward(op, sample, "dipu")
-    message = _judge(actual, expected, expected_fp64, name, values, "output")
+    reference = _fp64_or_none(lambda: _forward(op, sample, "cpu", fp64=True)[0]) if fp64 else None
+    message = judge_with_reference(actual, expected, reference, name, values, "output")
     if message is None:
         # Inputs after the call: in-place ops must write, others must not mutate.
-        tensors = [(a, e) for a, e in zip(_leaves(dipu_inputs), _leaves(cpu_inputs), strict=False)
+        tensors = [(a, e) for a, e in zip(leaves(dipu_inputs), leaves(cpu_inputs), strict=False)
                    if isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor) and a.device.type == "dipu"]
-        message = _judge([a for a, _ in tensors], [e for _, e in tensors], None, name, values, "input after call")
+        message = judge([a for a, _ in tensors], [e for _, e in tensors], None, name, values, "input after call")
     return message
 
 
 def _run_backward(op: Any, sample: Any, name: str, values: bool, fp64: bool) -> str | None:
-    expected, cotangents = _cpu(lambda: _backward(op, sample, "cpu", None))
+    expected, cotangents = on_cpu(lambda: _backward(op, sample, "cpu", None))
     if expected is None:
-        return "no-grad"
-    expected_fp64 = None
-    if fp64 and values:
-        try:
-            expected_fp64 = _backward(op, sample, "cpu", cotangents, fp64=True)[0]
-        except Exception:  # noqa: BLE001
-            expected_fp64 = None
+        return NO_GRAD
     actual, _ = _backward(op, sample, "dipu", cotangents)
     if actual is None:
         return "dipu produced no differentiable output"
-    return _judge(actual, expected, expected_fp64, name, values, "grad")
+    reference = _fp64_or_none(lambda: _backward(op, sample, "cpu", cotangents, fp64=True)[0]) if fp64 else None
+    return judge_with_reference(actual, expected, reference, name, values, "grad")
 
 
-# ----------------------------------------------------------------------------------------------- summary
+def _fp64_or_none(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """The float64 reference as :func:`judge_with_reference` asks for it: None when it fails."""
+
+    def reference() -> Any:
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001
+            return None
+
+    return reference
 
 
-def summarize(results: dict[str, dict[str, Outcome]]) -> dict[str, dict[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for mode in MODES:
-        c = {"pass": 0, "fail": 0, "skip": 0}
-        for per_mode in results.values():
-            c[per_mode[mode].status] += 1
-        c["total"] = c["pass"] + c["fail"]
-        counts[mode] = c
-    return counts
+def suite() -> Suite:
+    """This harness as the expectations updater sees it."""
+    return Suite(title="OpInfo", noun="op", modes=MODES, expectations=EXPECTATIONS, skips=SKIPS,
+                 doc=HERE.parents[1] / "docs" / "opinfo.md", script="update_opinfo_expectations.py",
+                 entries=conformance_ops, run=run_op)
+
