@@ -257,3 +257,33 @@ def summarize(results: dict[str, dict[str, Outcome]], modes: tuple[str, ...]) ->
         c["total"] = c["pass"] + c["fail"]
         counts[mode] = c
     return counts
+
+
+def check_expected(suite: Suite, expected: dict[str, dict[str, str]], name: str, mode: str) -> None:
+    """Run ``name`` in ``mode`` and hold the outcome to the expectations (the body of each suite's test)."""
+    import pytest
+
+    outcome = suite.run(name, mode)
+    listed = expected.get(name, {}).get(mode)
+    if outcome.status == "skip":
+        pytest.skip(outcome.reason)
+    if listed is not None and outcome.status == "pass":
+        pytest.fail(
+            f"{name} {mode} now passes but is listed as failing ({listed!r}): remove it from "
+            f"{suite.expectations.name} (or run {suite.script} {name})"
+        )
+    if listed is None and outcome.status == "fail":
+        pytest.fail(f"{name} {mode} fails on dipu: {outcome.reason}")
+
+
+def expectation_problems(suite: Suite, expected: dict[str, dict[str, str]]) -> list[str]:
+    """What is wrong with an expectations file: entries that are not in the suite, or malformed ones."""
+    problems = []
+    stale = sorted(set(expected) - set(suite.entries()))
+    if stale:
+        problems.append(f"{suite.expectations.name} lists {suite.noun}s no longer in the {suite.title} suite: {stale}")
+    bad = sorted(n for n, modes in expected.items() if not modes or set(modes) - set(suite.modes))
+    if bad:
+        problems.append(f"{suite.expectations.name}: entries need a non-empty {{mode: reason}} with modes in "
+                        f"{suite.modes}: {bad}")
+    return problems

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import moduleinfo_harness as h
 import pytest
+from conformance_common import check_expected, expectation_problems
 
 EXPECTED = h.load_expectations()
+SUITE = h.suite()
 CASES = [
     pytest.param(name, mode, id=f"{name}-{mode}")
     for name in h.conformance_modules()
@@ -23,24 +25,12 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "mode"), CASES)
 def test_moduleinfo(name: str, mode: str) -> None:
-    outcome = h.run_module(name, mode)
-    expected = EXPECTED.get(name, {}).get(mode)
-    if outcome.status == "skip":
-        pytest.skip(outcome.reason)
-    if expected is not None and outcome.status == "pass":
-        pytest.fail(
-            f"{name} {mode} now passes but is listed as failing ({expected!r}): remove it from "
-            f"{h.EXPECTATIONS.name} (or run update_moduleinfo_expectations.py {name})"
-        )
-    if expected is None and outcome.status == "fail":
-        pytest.fail(f"{name} {mode} fails on dipu: {outcome.reason}")
+    check_expected(SUITE, EXPECTED, name, mode)
 
 
 def test_expectations_name_known_modules() -> None:
-    stale = sorted(set(EXPECTED) - set(h.conformance_modules()))
-    assert not stale, f"{h.EXPECTATIONS.name} lists modules that are no longer in the ModuleInfo suite: {stale}"
-    bad = sorted(n for n, modes in EXPECTED.items() if not modes or set(modes) - set(h.MODES))
-    assert not bad, f"{h.EXPECTATIONS.name}: entries need a non-empty {{mode: reason}} with modes in {h.MODES}: {bad}"
+    problems = expectation_problems(SUITE, EXPECTED)
+    assert not problems, problems
 
 
 @pytest.mark.parametrize(
