@@ -34,8 +34,6 @@ from op_tools.tool import OpTool
 
 __all__ = ["OpAutoCompare"]
 
-#: Ops whose results have no comparable value (uninitialized memory).
-NO_VALUE_OPS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 _VERDICT_NAMES = {Verdict.PASS: "PASS", Verdict.PASS_NOISE: "NOISE", Verdict.FAIL: "FAIL"}
 
 
@@ -138,10 +136,9 @@ class OpAutoCompare(OpTool):
 
     # -- forward ---------------------------------------------------------------------------------------
     def before(self, call: OpCall) -> _CallState:
-        short = call.name.rsplit(".", 1)[-1]
         if call.info.random:
             return _CallState([], {}, {}, {}, False, [], None, skip="random op")
-        if short in NO_VALUE_OPS:
+        if call.info.uninitialized:
             return _CallState([], {}, {}, {}, False, [], None, skip="no comparable value")
         enc = cf.Encoder("i")
         args = enc.encode(list(call.args))

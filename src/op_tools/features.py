@@ -18,7 +18,7 @@ from op_tools.capture import OpCapture
 from op_tools.dtype_cast import OpDtypeCast
 from op_tools.engine import engine, run_call
 from op_tools.fallback import OpFallback
-from op_tools.naming import FunctionInfo, is_inplace_name, is_random_name, locate
+from op_tools.naming import FunctionInfo, is_inplace_name, is_random_name, is_uninitialized_name, locate
 from op_tools.observe import OpObserve
 from op_tools.overflow import OpOverflowCheck
 from op_tools.time_measure import OpTimeMeasure
@@ -69,7 +69,7 @@ class FeatureHandle:
 
 def _wrap(original: Callable[..., Any], name: str, tool: OpTool,
           condition: Callable[..., bool] | None) -> Callable[..., Any]:
-    info = FunctionInfo(name, True, is_inplace_name(name), is_random_name(name))
+    info = FunctionInfo(name, True, is_inplace_name(name), is_random_name(name), is_uninitialized_name(name))
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.overrides import resolve_name
 
-__all__ = ["QUIET_WRITERS", "FunctionInfo", "function_info", "is_inplace_name", "is_random_name", "locate",
-           "resolve_function"]
+__all__ = ["QUIET_WRITERS", "UNINITIALIZED", "FunctionInfo", "function_info", "is_inplace_name", "is_random_name",
+           "is_uninitialized_name", "locate", "resolve_function"]
 
 # Calls that move no data through an operator; never intercepted.
 _NON_OPS = {
@@ -55,6 +55,10 @@ _RANDOM = re.compile(
 )
 
 
+#: Factories whose results are uninitialized memory: their values mean nothing (not compared, not checked).
+UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
+
+
 @dataclass(frozen=True)
 class FunctionInfo:
     """What the engine knows about one intercepted function."""
@@ -63,6 +67,7 @@ class FunctionInfo:
     is_op: bool
     inplace: bool
     random: bool
+    uninitialized: bool = False
 
 
 def _short(name: str) -> str:
@@ -78,6 +83,11 @@ def is_inplace_name(name: str) -> bool:
 def is_random_name(name: str) -> bool:
     """Ops whose result depends on a random generator (dropout, rand*, normal_, ...) and ``torch.nn.init``."""
     return name.startswith("torch.nn.init.") or bool(_RANDOM.fullmatch(_short(name)))
+
+
+def is_uninitialized_name(name: str) -> bool:
+    """Factories whose results are uninitialized memory (``torch.empty``, ``Tensor.new_empty``, ...)."""
+    return _short(name) in UNINITIALIZED
 
 
 def _raw_name(func: Callable[..., Any]) -> str:
@@ -119,7 +129,7 @@ def function_info(func: Callable[..., Any]) -> FunctionInfo:
         or "._record_function" in name
         or short.startswith("_set_")
     )
-    info = FunctionInfo(name, is_op, is_inplace_name(name), is_random_name(name))
+    info = FunctionInfo(name, is_op, is_inplace_name(name), is_random_name(name), is_uninitialized_name(name))
     with contextlib.suppress(TypeError):  # unhashable callables are rare; they are classified every time
         _CACHE[func] = info
     return info

@@ -200,6 +200,8 @@ class OpOverflowCheck(OpTool):
         return (nan, inf)
 
     def after(self, call: OpCall, state: _State, output: Any) -> None:
+        if call.info.uninitialized:  # torch.empty's memory may hold any bit pattern, NaN included
+            return
         outputs = self._checked_outputs(call)
         if call.backward_hooked:
             state.site = call.call_site  # the frame is gone by the backward pass

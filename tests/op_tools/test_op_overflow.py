@@ -137,3 +137,13 @@ def test_lists_steps_and_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     from op_tools.features import FEATURES
 
     assert FEATURES["overflow_check"] is OpOverflowCheck
+
+
+def test_uninitialized_memory_is_not_a_producer(tmp_path: Path) -> None:
+    """``torch.empty`` may return any bit pattern, NaN included: it is never flagged."""
+    with OpOverflowCheck(results_dir=tmp_path, device="dipu") as tool:
+        for make in (lambda: torch.empty(64, device="dipu"), lambda: torch.empty_like(torch.zeros(64, device="dipu"))):
+            for _ in range(20):  # freed memory full of NaN, which the next allocation of its size reuses
+                make().fill_(float("nan"))
+    assert tool.checked >= 40
+    assert {r["name"] for r in tool.results} <= {"torch.Tensor.fill_"}
