@@ -67,7 +67,7 @@ def adopt(old: torch.Tensor, new: torch.Tensor) -> None:
     if post_hooks is not None:
         old._post_accumulate_grad_hooks = post_hooks
     if new_grad is not None:
-        if grad is not None and grad is not new_grad and type(grad) is not type(new_grad):
+        if grad is not None:  # the gradient object stays too, as after CUDA's ``param.grad.data = ...``
             adopt(grad, new_grad)
             new_grad = grad
         old.grad = new_grad
@@ -151,9 +151,9 @@ def _move_lazy(module: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tenso
         for key, value in table.items():
             if not isinstance(value, UninitializedTensorMixin):
                 continue
-            probe = fn(torch.empty(0, dtype=value.dtype, device=value.data.device))
-            if not (_is_dipu(probe) or _is_dipu(value)) or (probe.device, probe.dtype) == (value.device, value.dtype):
-                continue
+            probe = fn(torch.empty(0, dtype=value.dtype, device=value.device))  # where fn sends such a tensor
+            if (probe.device, probe.dtype) == (value.device, value.dtype) or not (_is_dipu(probe) or _is_dipu(value)):
+                continue  # stays where it is, or a move PyTorch makes itself
             if _is_dipu(probe):
                 moved = uninitialized_like(probe, value)
             else:
