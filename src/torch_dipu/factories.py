@@ -24,17 +24,27 @@ def check_dtype(dtype: torch.dtype) -> None:
         )
 
 
-def new_tensor(size, stride, dtype, device) -> DipuTensor:  # noqa: ANN001
-    """Allocate an uninitialized dipu tensor, checking capacity before the host memory is taken."""
+def storage_span(size, stride) -> int:  # noqa: ANN001
+    """Elements of storage a tensor of these sizes and strides reaches (from offset 0)."""
+    return 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True)) if all(size) else 0
+
+
+def allocate_storage(size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:  # noqa: ANN001
+    """The vendor's storage tensor for device ``index``, capacity checked before the memory is taken and
+    accounted afterwards (no dtype check: callers that hold raw bytes allocate ``uint8``)."""
     state = get_state()
-    index = state.device_index(device)
-    dtype = dtype or torch.get_default_dtype()
-    check_dtype(dtype)
-    span = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True)) if all(size) else 0
-    state.memory.check(span * dtype.itemsize, index)
+    state.memory.check(storage_span(size, stride) * dtype.itemsize, index)
     raw = state.runtime.new_storage(tuple(size), tuple(stride), dtype)
     state.memory.track(raw, index)
-    return DipuTensor(raw, torch.device("dipu", index))
+    return raw
+
+
+def new_tensor(size, stride, dtype, device) -> DipuTensor:  # noqa: ANN001
+    """Allocate an uninitialized dipu tensor, checking capacity before the host memory is taken."""
+    index = get_state().device_index(device)
+    dtype = dtype or torch.get_default_dtype()
+    check_dtype(dtype)
+    return DipuTensor(allocate_storage(size, stride, dtype, index), torch.device("dipu", index))
 
 
 def _contiguous_strides(size) -> tuple[int, ...]:  # noqa: ANN001
@@ -88,4 +98,6 @@ def register(lib: torch.library.Library) -> None:
     lib.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
 
 
-__all__ = ["empty_memory_format", "empty_strided", "copy_from", "new_tensor", "register"]
+__all__ = [
+    "allocate_storage", "copy_from", "empty_memory_format", "empty_strided", "new_tensor", "register", "storage_span",
+]

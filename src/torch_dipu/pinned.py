@@ -50,10 +50,11 @@ def is_pinned_by_dipu(t: torch.Tensor) -> bool:
 def _pin_memory(keyset: Any, self: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
     if not _aimed_at_dipu(device):
         return _ORIGINAL["_pin_memory"].call_boxed(keyset, self, device)
+    from torch_dipu.factories import storage_span
     from torch_dipu.state import get_state
 
     # As PyTorch pins: new memory spanning exactly the tensor's elements, same sizes and strides, offset 0.
-    span = 1 + sum((n - 1) * st for n, st in zip(self.shape, self.stride(), strict=True)) if self.numel() else 0
+    span = storage_span(self.shape, self.stride())
     base = get_state().runtime.new_pinned_host_storage((span,), (1,), self.dtype)
     _remember(base.untyped_storage())
     return base.as_strided(self.shape, self.stride(), 0).copy_(self)

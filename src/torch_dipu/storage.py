@@ -76,14 +76,13 @@ def restore_location(storage: torch.UntypedStorage, location: str) -> torch.Unty
     """
     if not location.startswith("dipu"):
         return None
+    from torch_dipu.factories import allocate_storage
     from torch_dipu.state import get_state
 
     state = get_state()
     index = state.device_index(location)
     nbytes = storage.nbytes()
-    state.memory.check(nbytes, index)
-    raw = state.runtime.new_storage((nbytes,), (1,), torch.uint8)
-    state.memory.track(raw, index)
+    raw = allocate_storage((nbytes,), (1,), torch.uint8, index)
     if nbytes:
         raw.copy_(torch.empty(0, dtype=torch.uint8).set_(storage.untyped() if isinstance(storage, torch.TypedStorage)
                                                           else storage))
