@@ -36,7 +36,7 @@ def _activate() -> None:
     except DetectionError as exc:
         raise DetectionError(str(exc)) from None  # one message, no traceback of ditorch's internals
     adapter, failures = detection.adapter, detection.failures
-    detect.report_failures(failures)
+    detect.report(detection)
     native_cuda = adapter is not None and adapter.is_native and adapter.device_type == "cuda"
     wants_mock = adapter is not None and not native_cuda and not settings.disable_mock
     if wants_mock:

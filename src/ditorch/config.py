@@ -1,4 +1,4 @@
-"""Every ``DITORCH_*`` environment variable ditorch reads, in one place.
+"""Every environment variable ditorch reads, in one place (``DITORCH_*``, and ``CUDA_VISIBLE_DEVICES``).
 
 ===========================  ==========  ============================================================
 variable                     default     meaning
@@ -10,6 +10,9 @@ DITORCH_DISABLE_MOCK         0           1: do not map ``torch.cuda`` / ``"cuda"
 DITORCH_SHOW_DEVICE_AS_CUDA  0           1: ``tensor.device`` reads as cuda (costs a wrapper per access)
 DITORCH_DTYPE_CAST           (unset)     dtype the device lacks: unset/``0`` raise; ``1`` cast float64->float32
                                          (one warning per call site); or ``float64:float32,...`` pairs
+CUDA_VISIBLE_DEVICES         (unset)     with mocking on, copied into the vendor plugin's own variable
+                                         (``Adapter.visible_devices_env``, e.g. ``DIPU_VISIBLE_DEVICES``)
+                                         before the plugin is imported, unless that one is set (it wins)
 ===========================  ==========  ============================================================
 """
 
@@ -42,6 +45,7 @@ class DitorchConfig:
     disable_mock: bool = False
     show_device_as_cuda: bool = False
     dtype_cast: str | None = None  # raw text; ditorch.mocking parses it (mocking.switches.parse_dtype_cast)
+    cuda_visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as given (ditorch.detect passes it on)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DitorchConfig:
@@ -53,6 +57,7 @@ class DitorchConfig:
             disable_mock=env_flag("DITORCH_DISABLE_MOCK", env=env),
             show_device_as_cuda=env_flag("DITORCH_SHOW_DEVICE_AS_CUDA", env=env),
             dtype_cast=env.get("DITORCH_DTYPE_CAST"),
+            cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
         )
 
 

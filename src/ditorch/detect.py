@@ -5,10 +5,17 @@ plugin is imported and the first one with a usable device wins; nothing usable m
 (``None``). A plugin that is installed but fails to import, and an entry point that fails to load, are
 recorded as failures (adapter name, error text) and detection goes on. ``DITORCH_VENDOR`` skips
 detection: an unknown name or a failing plugin is then an error.
+
+Device visibility: with mocking on, ``CUDA_VISIBLE_DEVICES`` is copied into a vendor plugin's own variable
+(:attr:`Adapter.visible_devices_env`, e.g. ``DIPU_VISIBLE_DEVICES``) right before the plugin is imported,
+unless that variable is set already (it then wins, with one warning when the two differ). A selection that
+hides every device leaves the adapter without a device (the CPU, with a warning saying why); a selection the
+plugin rejects (an index that does not exist) is an error, also during detection.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -19,6 +26,7 @@ from ditorch.config import DitorchConfig
 
 GROUP = "ditorch.adapters"
 CPU = "cpu"
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 # Per-adapter status after detection (``ditorch info`` prints them).
 ACTIVE = "active"
@@ -36,7 +44,8 @@ class Failure(NamedTuple):
 
 
 class DetectionError(RuntimeError):
-    """``DITORCH_VENDOR`` names an unknown adapter, or the adapter it names cannot be used."""
+    """``DITORCH_VENDOR`` names an unknown adapter, or the adapter it names cannot be used, or a device
+    selection (``CUDA_VISIBLE_DEVICES``, the vendor's variable) names devices the plugin does not have."""
 
 
 @dataclass
@@ -48,6 +57,9 @@ class Detection:
     adapters: list[Adapter] = field(default_factory=list)
     status: dict[str, str] = field(default_factory=dict)
     forced: bool = False
+    #: Lines ``import ditorch`` prints as warnings (a device selection that hides every device, the vendor's
+    #: variable overriding ``CUDA_VISIBLE_DEVICES``).
+    warnings: list[str] = field(default_factory=list)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -85,7 +97,56 @@ def known_names(adapters: list[Adapter]) -> list[str]:
     return [*sorted(a.name for a in adapters), CPU]
 
 
-def _forced(name: str, adapters: list[Adapter], failures: list[Failure]) -> Detection:
+class _Selection(NamedTuple):
+    """The device selection a plugin sees: its variable, the value, and how to name it in messages."""
+
+    env: str
+    value: str
+    source: str  # "CUDA_VISIBLE_DEVICES='1'" when it came from there, else "DIPU_VISIBLE_DEVICES='1'"
+
+    def hides_all(self) -> bool:
+        return self.value.strip() in ("", "-1")
+
+
+def pass_visible_devices(adapter: Adapter, config: DitorchConfig, warnings: list[str]) -> _Selection | None:
+    """Before ``adapter``'s plugin is imported: copy ``CUDA_VISIBLE_DEVICES`` into the plugin's own variable
+    (``os.environ``, so child processes see it too) when mocking will be installed and that variable is unset.
+    If both are set and differ, the plugin's variable wins and ``warnings`` gets one line. Native backends
+    are never touched (real CUDA reads ``CUDA_VISIBLE_DEVICES`` itself). Returns the selection in force."""
+    env = adapter.visible_devices_env
+    if adapter.is_native or not env:
+        return None
+    cuda = config.cuda_visible_devices
+    own = os.environ.get(env)
+    if cuda is not None and not config.disable_mock:
+        if own is None:
+            os.environ[env] = own = cuda
+        elif own != cuda:
+            warnings.append(f"{env}={own!r} wins over {CUDA_VISIBLE_DEVICES}={cuda!r} for {adapter.framework}")
+        if own == cuda:
+            return _Selection(env, own, f"{CUDA_VISIBLE_DEVICES}={cuda!r} (passed to {adapter.framework} as {env})")
+    return None if own is None else _Selection(env, own, f"{env}={own!r}")
+
+
+def _selection_error(selection: _Selection | None, exc: BaseException) -> str | None:
+    """The message for a plugin import error caused by the device selection (it names the plugin's
+    variable), naming where the selection came from; None for any other error."""
+    text = " ".join(str(exc).split())
+    if selection is None or selection.env not in text:
+        return None
+    own = f"{selection.env}={selection.value!r}: "
+    return f"{selection.source}: {text.removeprefix(own)}" if text.startswith(own) else f"{selection.source}: {text}"
+
+
+def _no_device_reason(adapter: Adapter, selection: _Selection | None) -> str | None:
+    if selection is None:
+        return None
+    if selection.hides_all():
+        return f"{selection.source} hides every {adapter.device_type} device"
+    return f"{selection.source} selects no usable {adapter.device_type} device"
+
+
+def _forced(name: str, adapters: list[Adapter], failures: list[Failure], config: DitorchConfig) -> Detection:
     by_name = {a.name: a for a in adapters}
     status = {a.name: NOT_TRIED if a.is_present() else NOT_INSTALLED for a in adapters}
     if name == CPU:
@@ -97,19 +158,25 @@ def _forced(name: str, adapters: list[Adapter], failures: list[Failure]) -> Dete
     adapter = by_name[name]
     if not adapter.is_present():
         raise DetectionError(f"DITORCH_VENDOR={name}: its plugin {adapter.framework} is not installed")
+    warnings: list[str] = []
+    selection = pass_visible_devices(adapter, config, warnings)
     try:
         adapter.import_framework()
     except Exception as exc:  # noqa: BLE001
+        reason = _selection_error(selection, exc)
+        if reason is not None:
+            raise DetectionError(f"DITORCH_VENDOR={name}: {reason}") from None
         raise DetectionError(
             f"DITORCH_VENDOR={name}: importing its plugin {adapter.framework} failed: {_error_text(exc)}"
         ) from exc
     if not adapter.is_available():
+        reason = _no_device_reason(adapter, selection)
         raise DetectionError(
             f"DITORCH_VENDOR={name}: {adapter.framework} imported but reports no usable "
-            f"{adapter.device_type} device"
+            f"{adapter.device_type} device" + (f": {reason}" if reason else "")
         )
     status[name] = ACTIVE
-    return Detection(adapter, failures, adapters, status, forced=True)
+    return Detection(adapter, failures, adapters, status, forced=True, warnings=warnings)
 
 
 def detect(config: DitorchConfig | None = None) -> Detection:
@@ -117,8 +184,10 @@ def detect(config: DitorchConfig | None = None) -> Detection:
     config = DitorchConfig.from_env() if config is None else config
     adapters, failures = load_adapters()
     if config.vendor:
-        return _forced(config.vendor, adapters, failures)
+        return _forced(config.vendor, adapters, failures, config)
     status: dict[str, str] = {}
+    warnings: list[str] = []
+    hidden: list[str] = []
     chosen: Adapter | None = None
     for adapter in adapters:
         if not adapter.is_present():
@@ -126,16 +195,25 @@ def detect(config: DitorchConfig | None = None) -> Detection:
         elif chosen is not None:
             status[adapter.name] = NOT_TRIED  # importing it could clash with the chosen plugin
         else:
+            selection = pass_visible_devices(adapter, config, warnings)
             try:
                 adapter.import_framework()
                 available = adapter.is_available()
             except Exception as exc:  # noqa: BLE001  (report it, try the next one)
+                reason = _selection_error(selection, exc)
+                if reason is not None:  # the user asked for devices that do not exist: say so, do not fall back
+                    raise DetectionError(reason) from None
                 failures.append(Failure(adapter.name, f"importing {adapter.framework} failed: {_error_text(exc)}"))
                 status[adapter.name] = FAILED
                 continue
-            status[adapter.name] = ACTIVE if available else NO_DEVICE
+            reason = None if available else _no_device_reason(adapter, selection)
+            status[adapter.name] = ACTIVE if available else NO_DEVICE + (f": {reason}" if reason else "")
+            if reason:
+                hidden.append(reason)
             chosen = adapter if available else None
-    return Detection(chosen, failures, adapters, status)
+    if chosen is None and hidden:
+        warnings.append("; ".join(hidden) + "; ditorch runs on the CPU")
+    return Detection(chosen, failures, adapters, status, warnings=warnings)
 
 
 def select_adapter(config: DitorchConfig | None = None) -> tuple[Adapter | None, list[Failure]]:
@@ -158,3 +236,11 @@ def report_failures(failures: list[Failure], stream=None) -> None:
     stream = sys.stderr if stream is None else stream
     for failure in failures:
         print(f"ditorch: warning: adapter {failure.name} skipped: {failure.error}", file=stream)
+
+
+def report(detection: Detection, stream=None) -> None:
+    """One warning line per failure and per detection warning on stderr."""
+    stream = sys.stderr if stream is None else stream
+    report_failures(detection.failures, stream)
+    for warning in detection.warnings:
+        print(f"ditorch: warning: {warning}", file=stream)

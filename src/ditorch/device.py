@@ -34,7 +34,7 @@ def best_device(requested: str | torch.device | None = None) -> torch.device:
 
     ``requested`` (``"cpu"``, ``"dipu"``, ``"dipu:1"``, ...) wins when given; a dipu request imports
     torch_dipu. Otherwise: a native accelerator if ``torch.accelerator`` reports one, else dipu (importing
-    torch_dipu), else the CPU.
+    torch_dipu) if it has a visible device, else the CPU.
     """
     if requested is not None:
         if str(requested).split(":", 1)[0] == DIPU and not _load_dipu():
@@ -43,6 +43,6 @@ def best_device(requested: str | torch.device | None = None) -> torch.device:
     native = native_accelerator()
     if native is not None:
         return native
-    if _load_dipu():
+    if _load_dipu() and torch.dipu.is_available():  # DIPU_VISIBLE_DEVICES may hide every device
         return torch.device(DIPU)
     return torch.device("cpu")

@@ -28,19 +28,30 @@ __version__ = "0.1.0"
 def _init() -> None:
     config = DipuConfig.from_env()
     rt = load_vendor(config.vendor)
-    count = rt.device_count()
     state = DipuState(
         runtime=rt,
         config=config,
-        memory=MemoryTracker(count, [rt.memory_capacity(i) for i in range(count)], rt.name),
+        memory=MemoryTracker(0, [], rt.name),
         generators=[],
         force_fallback_patterns=kernels.parse_fallback_list(config.force_fallback),
     )
+    state.sync_devices()  # DIPU_VISIBLE_DEVICES naming a device the vendor lacks raises here
     set_state(state)
-    rt.on_config_change(dispatch.clear_handlers)
     register_device()
-    state.generators[:] = [DipuGenerator(i).manual_seed(torch.initial_seed()) for i in range(count)]
-    device_module.default_generators = tuple(state.generators)
+    _sync_devices()
+    rt.on_config_change(_sync_devices)
+    rt.on_config_change(dispatch.clear_handlers)
+
+
+def _sync_devices() -> None:
+    """Fit the per-device tables (index map, memory, default generators) to the vendor's devices; runs at
+    import and after every change of the vendor's switches (droplet's ``device_count`` among them)."""
+    state = get_state()
+    state.sync_devices()
+    count, generators = state.device_count(), state.generators
+    del generators[count:]  # in place: dispatch handlers hold this list
+    generators.extend(DipuGenerator(i).manual_seed(torch.initial_seed()) for i in range(len(generators), count))
+    device_module.default_generators = tuple(generators)
 
 
 def runtime() -> DeviceRuntime:

@@ -27,7 +27,7 @@ def _index(device: torch.device | str | int | None) -> int:
 
 
 def is_available() -> bool:
-    return get_state().runtime.device_count() > 0
+    return get_state().device_count() > 0
 
 
 #: Read by ``torch.utils.checkpoint`` before it stashes the device RNG state for recomputation.
@@ -52,7 +52,8 @@ def _lazy_init() -> None:
 
 
 def device_count() -> int:
-    return get_state().runtime.device_count()
+    """Visible dipu devices (``DIPU_VISIBLE_DEVICES`` selects and orders the vendor's)."""
+    return get_state().device_count()
 
 
 def current_device() -> int:
@@ -77,7 +78,8 @@ def device(device: torch.device | str | int | None) -> Iterator[None]:
 
 
 def synchronize(device: torch.device | str | int | None = None) -> None:
-    get_state().runtime.synchronize(_index(device))
+    state = get_state()
+    state.runtime.synchronize(state.vendor_index(_index(device)))
 
 
 def get_device_name(device: torch.device | str | int | None = None) -> str:
@@ -85,7 +87,8 @@ def get_device_name(device: torch.device | str | int | None = None) -> str:
 
 
 def get_device_properties(device: torch.device | str | int | None = None) -> Any:
-    return SimpleNamespace(**get_state().runtime.properties(_index(device)))
+    state = get_state()
+    return SimpleNamespace(**state.runtime.properties(state.vendor_index(_index(device))))
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:

@@ -32,6 +32,14 @@ class MemoryTracker:
         self.free_count = [0] * device_count
         self._live: dict[int, tuple[weakref.ref, int, int]] = {}
 
+    def resize(self, capacity: list[int]) -> None:
+        """Set the capacity of devices ``0..len(capacity)-1`` (the device count may have changed). Tables
+        only grow: a device that goes away keeps its figures, and its storages are released as they die."""
+        count = len(capacity)
+        for table in (self.allocated, self.peak, self.alloc_count, self.free_count):
+            table.extend([0] * (count - len(table)))
+        self.capacity = list(capacity) + self.capacity[count:]
+
     def track(self, raw: torch.Tensor, index: int) -> None:
         """Account the storage of ``raw`` on device ``index`` unless it is already accounted."""
         storage = raw.untyped_storage()

@@ -9,6 +9,7 @@ import torch
 from torch_dipu import (
     accelerator,
     autocast,
+    compile_default,
     composites,
     device_module,
     factories,
@@ -28,7 +29,7 @@ class DipuHooks(torch._C._acc.PrivateUse1Hooks):
     """PrivateUse1 hooks: answers PyTorch's questions about the backend."""
 
     def is_available(self) -> bool:
-        return get_state().runtime.device_count() > 0
+        return get_state().device_count() > 0
 
     def has_primary_context(self, device_index: int) -> bool:
         return True
@@ -82,6 +83,7 @@ def register_device() -> None:
     accelerator.install()
     module_state.install()
     generators.install()
+    compile_default.install()
     shutdown.register()
     torch.serialization.register_package(15, lambda storage: None, storage.restore_location)
     # Run backward passes on the calling thread. PyTorch would otherwise run dipu's part of every

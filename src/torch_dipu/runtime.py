@@ -33,10 +33,15 @@ class DeviceRuntime(ABC):
 
     #: Vendor name shown in messages and ``torch.dipu.get_device_name``.
     name: str = "vendor"
+    #: The registered dynamo backend that compiles graphs on this device under ``torch.compile``'s default
+    #: backend (a vendor with its own graph compiler names it); ``DIPU_COMPILE_BACKEND`` overrides it.
+    compile_backend: str = "aot_eager"
 
     @abstractmethod
     def device_count(self) -> int:
-        """Number of devices visible to this process."""
+        """Number of devices the vendor has. Every ``index`` torch_dipu passes to this runtime is the
+        vendor's own; torch_dipu maps ``dipu:i`` onto them (``DIPU_VISIBLE_DEVICES`` selects and orders
+        them), so a vendor never handles the visibility variable itself."""
 
     @abstractmethod
     def memory_capacity(self, index: int) -> int:

@@ -34,7 +34,8 @@ class Stream:
         return True
 
     def synchronize(self) -> None:
-        get_state().runtime.synchronize(self.device_index)
+        state = get_state()
+        state.runtime.synchronize(state.vendor_index(self.device_index))
 
     def wait_event(self, event: Event) -> None:
         event.synchronize()
@@ -67,17 +68,19 @@ class Event:
 
     def record(self, stream: Stream | None = None) -> None:
         stream = stream or current_stream()
-        runtime = get_state().runtime
-        runtime.synchronize(stream.device_index)
+        state = get_state()
+        vendor_index = state.vendor_index(stream.device_index)
+        state.runtime.synchronize(vendor_index)
         self._device_index = stream.device_index
-        self._time_ns = runtime.timestamp_ns(stream.device_index)
+        self._time_ns = state.runtime.timestamp_ns(vendor_index)
 
     def query(self) -> bool:
         return True
 
     def synchronize(self) -> None:
         if self._device_index is not None:
-            get_state().runtime.synchronize(self._device_index)
+            state = get_state()
+            state.runtime.synchronize(state.vendor_index(self._device_index))
 
     def wait(self, stream: Stream | None = None) -> None:
         self.synchronize()

@@ -126,6 +126,14 @@ class DipuTensor(torch.Tensor):
             (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad),
         )
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata: Any, expected_type: Any = None) -> Any:
+        # A graph compiled by AOTAutograd (torch.compile) was traced with fake tensors on the dipu device, so
+        # it expects plain tensors as gradients; a dipu tensor is the device's plain tensor. Other subclasses
+        # (a traceable wrapper around dipu tensors) are not ours to convert.
+        if expected_metadata is None and expected_type in (None, torch.Tensor):
+            return self
+        return None
+
 
 _STRIDED = torch.strided
 _TENSOR_DATA = torch._C.TensorBase.data

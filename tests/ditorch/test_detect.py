@@ -107,4 +107,5 @@ def test_adapters_are_ordered_and_detecting_again_after_mocking_gives_the_same_c
     names = ["npu", "mlu", "musa", "biren", "cuda", "xpu", "mps", "dipu"]
     assert proc.stdout.split(maxsplit=len(names))[:len(names)] == names, proc.stderr
     assert proc.stdout.rstrip().endswith("name='dipu', framework='torch_dipu', device_type='dipu', "
-                                         "dist_backend='gloo', priority=90), [])"), proc.stdout
+                                         "dist_backend='gloo', priority=90, "
+                                         "visible_devices_env='DIPU_VISIBLE_DEVICES'), [])"), proc.stdout

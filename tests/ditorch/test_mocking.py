@@ -75,7 +75,7 @@ def test_torch_cuda_api_maps_to_device_module() -> None:
         assert not torch.cuda.is_available() and torch.Generator is torch_dipu.generators.Generator
         assert "to" not in vars(torch.Tensor) and "is_cuda" not in vars(torch.Tensor)
         print("OK")
-    """)
+    """, DROPLET_DEVICE_COUNT="2")
 
 
 def test_device_strings_everywhere() -> None:
@@ -101,7 +101,7 @@ def test_device_strings_everywhere() -> None:
             assert loaded["weight"].device == dipu0 and torch.equal(loaded["weight"].cpu(), model.weight.cpu())
         assert torch.ones(2).device.type == "cpu"  # no DITORCH_SHOW_DEVICE_AS_CUDA: the true device
         print("OK")
-    """)
+    """, DROPLET_DEVICE_COUNT="2")
 
 
 def test_amp_autocast_and_grad_scaler_training_loop() -> None:

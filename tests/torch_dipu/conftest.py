@@ -44,6 +44,14 @@ def restore_dipu():
     state.current_device = saved_device
 
 
+@pytest.fixture
+def four_dipu_devices() -> int:
+    """Four droplet devices for this test (droplet has one unless asked for more); ``restore_dipu`` puts the
+    count back afterwards."""
+    droplet.configure(device_count=4)
+    return 4
+
+
 @pytest.fixture(name="run_python")
 def run_python_fixture():
     """:func:`run_python`: run code in a fresh interpreter (``run_python(code, env=None, cwd=None)``)."""

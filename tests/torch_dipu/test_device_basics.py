@@ -31,7 +31,7 @@ def test_factories_match_cpu():
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
 
 
-def test_empty_and_randn_shapes():
+def test_empty_and_randn_shapes(four_dipu_devices):
     e = torch.empty(3, 4, device="dipu", dtype=torch.float16)
     assert e.shape == (3, 4) and e.dtype == torch.float16 and e.device.type == "dipu"
     r = torch.randn(1000, device="dipu")

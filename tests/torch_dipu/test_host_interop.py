@@ -16,7 +16,7 @@ import torch_dipu
 from torch_dipu import pinned, storage
 
 
-def test_generators_per_device_and_copies() -> None:
+def test_generators_per_device_and_copies(four_dipu_devices) -> None:
     g = torch.Generator(device="dipu:1")
     assert isinstance(g, torch_dipu.DipuGenerator) and isinstance(g, torch.Generator) and g.device.index == 1
     assert type(torch.Generator()) is torch._C.Generator and torch.Generator().device.type == "cpu"
@@ -73,7 +73,7 @@ def test_storage_set_and_errors() -> None:
         torch.empty(0, device="dipu").set_(stranger)
 
 
-def test_checkpoint_from_cpu_loads_on_each_dipu_device(tmp_path) -> None:
+def test_checkpoint_from_cpu_loads_on_each_dipu_device(tmp_path, four_dipu_devices) -> None:
     shared = torch.arange(6.0)
     torch.save({"a": shared, "b": shared[2:]}, tmp_path / "c.pt")
     loaded = torch.load(tmp_path / "c.pt", map_location="dipu:1", weights_only=True)

@@ -58,12 +58,22 @@ def test_parameter_prints_like_cuda() -> None:
     assert repr(p) == "Parameter containing:\ntensor([1., 1.], device='dipu:0', requires_grad=True)"
 
 
-def test_device_count_cannot_change_after_import() -> None:
-    with pytest.raises(ValueError, match="DROPLET_DEVICE_COUNT"):
-        droplet.configure(device_count=torch.dipu.device_count() + 1)
+def test_device_count_changes_with_droplet_configure() -> None:
+    assert torch.dipu.device_count() == 1  # droplet's default
+    with droplet.switches(device_count=3):
+        assert torch.dipu.device_count() == torch.accelerator.device_count() == 3
+        assert [g.device.index for g in torch.dipu.default_generators] == [0, 1, 2]
+        x = torch.ones(8, device="dipu:2")
+        assert (torch.dipu.memory_allocated(2), torch.dipu.memory_allocated(1)) == (32, 0)
+        torch.dipu.set_device(2)
+    assert torch.dipu.device_count() == 1 and torch.dipu.current_device() == 0
+    assert len(torch.dipu.default_generators) == 1
+    with pytest.raises(RuntimeError, match=r"invalid device dipu:2: droplet has 1 device \(dipu:0\)"):
+        torch.empty(1, device="dipu:2")
+    del x
 
 
-def test_accelerator_device_index_and_synchronize_follow_torch_dipu() -> None:
+def test_accelerator_device_index_and_synchronize_follow_torch_dipu(four_dipu_devices) -> None:
     assert torch.accelerator.current_accelerator().type == "dipu"
     torch.dipu.set_device(2)
     assert torch.accelerator.current_device_index() == 2
@@ -115,7 +125,7 @@ def test_numpy_asks_for_a_host_copy_like_cuda() -> None:
     assert t.cpu().numpy().tolist() == [0.0, 1.0, 2.0]
 
 
-def test_tensors_on_two_dipu_devices_are_rejected() -> None:
+def test_tensors_on_two_dipu_devices_are_rejected(four_dipu_devices) -> None:
     a, b = torch.ones(3, device="dipu:0"), torch.ones(3, device="dipu:1")
     with pytest.raises(RuntimeError, match=r"two devices, dipu:0 and dipu:1"):
         a + b

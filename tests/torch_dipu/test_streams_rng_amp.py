@@ -66,7 +66,7 @@ def test_autocast_matches_cpu(dtype):
     assert model_d(x.dipu()).dtype == torch.float32  # outside autocast
 
 
-def test_random_kernels_draw_from_their_own_devices_generator():
+def test_random_kernels_draw_from_their_own_devices_generator(four_dipu_devices):
     x0, x1 = torch.ones(1000, device="dipu:0"), torch.ones(1000, device="dipu:1")
     torch.dipu.set_device(0)
     torch.dipu.manual_seed(5)

@@ -23,7 +23,10 @@ class Adapter:
     ``cuda``, ``xpu``, ``mps``); ``framework`` the module to import (``torch_npu``; ``torch`` for
     backends built into PyTorch); ``device_type`` the torch device type it provides (``npu``);
     ``dist_backend`` the ``torch.distributed`` backend that replaces ``"nccl"`` (``hccl``, ``cncl``,
-    ``mccl``, ``gloo``); ``priority`` orders detection (lower first, then by name).
+    ``mccl``, ``gloo``); ``priority`` orders detection (lower first, then by name);
+    ``visible_devices_env`` the plugin's own counterpart of ``CUDA_VISIBLE_DEVICES``
+    (``ASCEND_RT_VISIBLE_DEVICES``), which ditorch fills from ``CUDA_VISIBLE_DEVICES`` before importing the
+    plugin (None: the plugin has none, or reads ``CUDA_VISIBLE_DEVICES`` itself).
     """
 
     name: str
@@ -31,6 +34,7 @@ class Adapter:
     device_type: str
     dist_backend: str
     priority: int = 100
+    visible_devices_env: str | None = None
 
     @property
     def is_native(self) -> bool:

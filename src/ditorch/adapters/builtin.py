@@ -28,22 +28,26 @@ class NativeAdapter(Adapter):
 
 def npu() -> Adapter:
     """Huawei Ascend: torch_npu registers ``npu``; collectives are HCCL."""
-    return Adapter(name="npu", framework="torch_npu", device_type="npu", dist_backend="hccl", priority=10)
+    return Adapter(name="npu", framework="torch_npu", device_type="npu", dist_backend="hccl", priority=10,
+                   visible_devices_env="ASCEND_RT_VISIBLE_DEVICES")
 
 
 def mlu() -> Adapter:
     """Cambricon: torch_mlu registers ``mlu``; collectives are CNCL."""
-    return Adapter(name="mlu", framework="torch_mlu", device_type="mlu", dist_backend="cncl", priority=20)
+    return Adapter(name="mlu", framework="torch_mlu", device_type="mlu", dist_backend="cncl", priority=20,
+                   visible_devices_env="MLU_VISIBLE_DEVICES")
 
 
 def musa() -> Adapter:
     """Moore Threads: torch_musa registers ``musa``; collectives are MCCL."""
-    return Adapter(name="musa", framework="torch_musa", device_type="musa", dist_backend="mccl", priority=30)
+    return Adapter(name="musa", framework="torch_musa", device_type="musa", dist_backend="mccl", priority=30,
+                   visible_devices_env="MUSA_VISIBLE_DEVICES")
 
 
 def biren() -> Adapter:
     """Biren: torch_br registers ``supa`` (``torch.supa``); collectives are BCCL."""
-    return Adapter(name="biren", framework="torch_br", device_type="supa", dist_backend="bccl", priority=40)
+    return Adapter(name="biren", framework="torch_br", device_type="supa", dist_backend="bccl", priority=40,
+                   visible_devices_env="SUPA_VISIBLE_DEVICES")
 
 
 def cuda() -> Adapter:
@@ -63,7 +67,8 @@ def mps() -> Adapter:
 
 def dipu() -> Adapter:
     """torch_dipu's ``dipu`` device (droplet by default); gloo until dipu has a collective backend."""
-    return Adapter(name="dipu", framework="torch_dipu", device_type="dipu", dist_backend="gloo", priority=90)
+    return Adapter(name="dipu", framework="torch_dipu", device_type="dipu", dist_backend="gloo", priority=90,
+                   visible_devices_env="DIPU_VISIBLE_DEVICES")
 
 
 #: name -> factory, the same table as the entry points (used when package metadata is missing).

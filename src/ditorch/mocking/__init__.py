@@ -9,6 +9,9 @@
   ``torch.Generator``, ``torch.set_default_device``) translate cuda devices; ``Tensor.is_cuda`` is True for the
   vendor's tensors (:mod:`.device_strings`); ``Module.cuda``/``Module.to`` go through ``Tensor.cuda``/``to``;
 - ``torch.distributed``'s ``"nccl"`` becomes ``adapter.dist_backend`` (:mod:`.distributed`);
+- ``torch.profiler``'s CUDA activity becomes the vendor's, or is dropped with one warning (:mod:`.profiler`);
+- ``with torch.device(...)``/``set_default_device`` keep working over the wrapped factories;
+- ``nn.DataParallel`` works over one device and refuses several clearly (:mod:`.data_parallel`);
 - on request, the dtype policy (:mod:`.dtype_policy`, ``DITORCH_DTYPE_CAST``) and ``tensor.device`` shown as
   cuda (:mod:`.show_device`, ``DITORCH_SHOW_DEVICE_AS_CUDA``).
 
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ditorch.adapters.base import Adapter
-from ditorch.mocking import cuda_module, device_strings, distributed, show_device, switches
+from ditorch.mocking import cuda_module, data_parallel, device_strings, distributed, profiler, show_device, switches
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.dtype_policy import DtypePolicy, plugin_directory, supports_dtype_query
 from ditorch.mocking.patches import Patches
@@ -72,9 +75,11 @@ def install(adapter: Adapter, *, show_device_as_cuda: bool | None = None,
     translator = Translator(adapter.device_type, current_device, policy, device_count)
     patches = Patches()
     try:
-        cuda_module.install(patches, module, translator)
+        cuda_module.install(patches, module, translator, adapter.name)
         device_strings.install(patches, translator)
         distributed.install(patches, adapter, translator)
+        profiler.install(patches, adapter.device_type)
+        data_parallel.install(patches, translator, adapter.name)
         if policy is not None:
             _install_conversions(patches, translator)
         if show:

@@ -1,9 +1,8 @@
 """``torch.cuda`` answers for the adapter's device; autocast and GradScaler accept ``"cuda"``.
 
-The attributes of the real ``torch.cuda`` module are replaced by the vendor module's functions and classes
-of the same name (their device arguments translated from cuda), so code holding ``torch.cuda`` and
-``torch.cuda``'s own helpers that call these names both see the vendor. Names the vendor does not offer
-keep PyTorch's implementation.
+The attributes of the real ``torch.cuda`` module and its submodules are replaced in place
+(:mod:`.cuda_surface` says by what), so code holding ``torch.cuda`` and ``torch.cuda``'s own helpers that call
+these names both see the vendor.
 """
 
 from __future__ import annotations
@@ -19,36 +18,14 @@ import torch.amp.autocast_mode
 import torch.amp.grad_scaler
 import torch.cuda
 
+from ditorch.mocking import cuda_surface
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
 
-#: Private torch.cuda names that code outside torch.cuda calls too.
-PRIVATE = ("_lazy_init", "_is_in_bad_fork")
 
-
-def _translating(fn: Callable[..., Any], tr: Translator) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:
-            args, kwargs = tr.args(args, kwargs)
-        return fn(*args, **kwargs)
-
-    return call
-
-
-def mapped_names(module: ModuleType) -> list[str]:
-    """The vendor module's names that replace torch.cuda's."""
-    public = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
-    return [n for n in (*public, *PRIVATE) if hasattr(module, n) and hasattr(torch.cuda, n)]
-
-
-def install(patches: Patches, module: ModuleType, tr: Translator) -> None:
-    for name in mapped_names(module):
-        value = getattr(module, name)
-        if isinstance(value, type):  # Stream, Event: keep them classes (isinstance keeps working)
-            patches.set(torch.cuda, name, value)
-        elif callable(value):
-            patches.set(torch.cuda, name, _translating(value, tr))
+def install(patches: Patches, module: ModuleType, tr: Translator, vendor_name: str) -> None:
+    """Map ``torch.cuda`` (every public name, see :mod:`.cuda_surface`) and the amp entry points."""
+    cuda_surface.install(patches, module, tr, vendor_name)
     _install_amp(patches, tr)
 
 

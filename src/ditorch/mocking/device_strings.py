@@ -68,12 +68,28 @@ def _factory(fn: Callable[..., Any], name: str, tr: Translator) -> Callable[...,
             kwargs["device"] = device = tr.device(device)
             if tr.policy is not None:
                 args = tr.policy.factory(name, args, kwargs, device)
+        if kwargs.get("pin_memory"):
+            return _pinned(fn, args, kwargs)
         return fn(*args, **kwargs)
 
     return factory
 
 
+def _pinned(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """A factory asked for pinned memory (safetensors does, loading onto ``"cuda"``). A plugin written in
+    Python pins through ``Tensor.pin_memory()`` only (it has no C++ pinned allocator for factories): then make
+    the tensor and pin it, which is what the factory would have returned."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        return fn(*args, **{**kwargs, "pin_memory": False}).pin_memory()
+
+
 def install(patches: Patches, tr: Translator) -> None:
+    import torch.utils._device as device_module
+
+    # The factories torch's default-device mode recognises, read before any of them is wrapped.
+    constructors = set(device_module._device_constructors.__wrapped__())
     for name in FACTORIES:
         fn = getattr(torch, name, None)
         if fn is not None:
@@ -86,9 +102,34 @@ def install(patches: Patches, tr: Translator) -> None:
         set_default = torch.set_default_device
         patches.set(torch, "set_default_device", functools.wraps(set_default)(
             lambda device: set_default(tr.device(device) if device is not None else None)))
+    _install_default_device(patches, tr, constructors)
     _install_to(patches, tr)
     _install_load(patches, tr)
     _install_generator(patches, tr)
+
+
+def _install_default_device(patches: Patches, tr: Translator, constructors: set) -> None:
+    """``with torch.device(...)`` and ``torch.set_default_device`` keep working over the wrapped factories.
+
+    ``torch.utils._device.DeviceContext`` recognises factories by identity in a cached table; the wrappers
+    above call the original functions, which is what the mode sees, but the table must hold the originals
+    (and the wrappers, for code that calls them through ``__torch_function__`` handlers of its own). A cuda
+    device given to the context (``with torch.device("cuda")``) means the adapter's device.
+    """
+    import torch.utils._device as device_module
+
+    wrapped = {fn for name in FACTORIES if getattr(getattr(torch, name, None), "__wrapped__", None) in constructors
+               for fn in (getattr(torch, name),)}
+    table = frozenset(constructors | wrapped)
+    patches.set(device_module, "_device_constructors", lambda: table)
+    context = device_module.DeviceContext
+    init = context.__init__
+
+    @functools.wraps(init)
+    def context_init(self: Any, device: Any) -> None:
+        init(self, tr.device(device))
+
+    patches.set(context, "__init__", context_init)
 
 
 def _install_to(patches: Patches, tr: Translator) -> None:

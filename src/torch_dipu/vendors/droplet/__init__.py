@@ -2,7 +2,7 @@
 
 Kernels are the DIOPI reference implementation. Switches (environment or Python) make it behave
 like a real chip: unsupported dtypes, lower-precision float32 matmul, a memory capacity, a device
-count, and injected faults. See docs/droplet.md.
+count (1 unless asked for more), and injected faults. See docs/droplet.md.
 
 Python switches::
 
@@ -48,19 +48,13 @@ def configure(**changes: Any) -> None:
     ``matmul_precision``, ``memory_capacity`` (bytes or "16GiB"), ``device_count``."""
     if isinstance(changes.get("memory_capacity"), str):
         changes["memory_capacity"] = parse_size(changes["memory_capacity"])
-    from torch_dipu.state import get_state
+    from torch_dipu.state import get_state, resolve_visible
 
     rt = runtime()
-    count = changes.get("device_count", rt.traits.device_count)
-    if count != len(get_state().generators):
-        raise ValueError(
-            f"droplet device_count is fixed when torch_dipu is imported ({len(get_state().generators)}); "
-            "set DROPLET_DEVICE_COUNT before the import to change it"
-        )
-    rt.reconfigure(**changes)
-    if "memory_capacity" in changes:
-        memory = get_state().memory
-        memory.capacity[:] = [rt.traits.memory_capacity] * len(memory.capacity)
+    if "device_count" in changes:  # a count that DIPU_VISIBLE_DEVICES no longer fits changes nothing
+        config = get_state().config
+        resolve_visible(config.visible_devices, changes["device_count"], rt.name, config.visible_devices_text)
+    rt.reconfigure(**changes)  # torch_dipu re-reads device count and capacities (a config-change listener)
 
 
 @contextlib.contextmanager

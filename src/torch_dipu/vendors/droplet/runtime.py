@@ -87,6 +87,7 @@ class DropletRuntime(DeviceRuntime):
             "total_memory": self.traits.memory_capacity,
             "matmul_precision": self.traits.matmul_precision,
             "multi_processor_count": os.cpu_count() or 1,
+            "pci_bus_id": index,  # the card's slot: tells droplet's devices apart (as CUDA's bus id does)
         }
 
     def kernel(self, fn: DiopiFunction, op: torch._ops.OpOverload) -> Kernel | None:

@@ -31,16 +31,17 @@ def parse_dtype(name: str, source: str = "DROPLET_UNSUPPORTED_DTYPES") -> torch.
 
 @dataclass
 class DropletTraits:
-    """Switches of the droplet device; defaults describe a typical 8-card 16 GiB training node."""
+    """Switches of the droplet device; defaults describe one 16 GiB card (ask for more with
+    ``DROPLET_DEVICE_COUNT``)."""
 
-    device_count: int = 8
+    device_count: int = 1
     memory_capacity: int = 16 << 30
     unsupported_dtypes: frozenset[torch.dtype] = field(default_factory=frozenset)
     matmul_precision: str = "highest"
 
     def validate(self) -> None:
-        if self.device_count < 1:
-            raise ValueError(f"droplet device_count must be >= 1, got {self.device_count}")
+        if self.device_count < 0:
+            raise ValueError(f"droplet device_count must be >= 0, got {self.device_count}")
         if self.memory_capacity < 0:
             raise ValueError(f"droplet memory_capacity must be >= 0, got {self.memory_capacity}")
         if self.matmul_precision not in MATMUL_PRECISIONS:

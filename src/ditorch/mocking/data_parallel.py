@@ -1,0 +1,66 @@
+"""``nn.DataParallel`` under the mapping.
+
+With the cuda mapping on, PyTorch takes the vendor's device for CUDA and builds ``DataParallel`` for ``cuda:0``,
+then fails on the first forward ("module must have its parameters and buffers on device cuda:0 ... found
+dipu:0"). Its scatter, replicate and gather are CUDA kernels, so over several devices it cannot run on a
+vendor's device at all. ditorch makes it:
+
+- over one device (the usual case: Trainer and scripts wrap whenever a GPU is there), a wrapper that moves the
+  inputs to the device and calls the module, which is what ``DataParallel`` does with one device;
+- over several devices, one clear error at construction that names the alternative, DistributedDataParallel.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.nn.parallel import DataParallel
+
+from ditorch.mocking.device_strings import Translator
+from ditorch.mocking.patches import Patches
+
+
+def _to(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_to(o, device) for o in obj))
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _to(v, device)) for k, v in obj.items())
+    return obj
+
+
+def install(patches: Patches, tr: Translator, vendor: str) -> None:
+    init, forward = DataParallel.__init__, DataParallel.forward
+
+    @functools.wraps(init)
+    def init_(self: DataParallel, module: torch.nn.Module, device_ids: Any = None, output_device: Any = None,
+              dim: int = 0) -> None:
+        if device_ids is not None:
+            device_ids = [tr.device(d) for d in device_ids]
+        init(self, module, device_ids, tr.device(output_device) if output_device is not None else None, dim)
+        source = getattr(self, "src_device_obj", None)
+        if source is None or source.type != "cuda":
+            return
+        if len(self.device_ids) > 1:
+            raise RuntimeError(
+                f"nn.DataParallel over {len(self.device_ids)} {tr.device_type} devices is not supported on {vendor}: "
+                "its scatter, replicate and gather are CUDA kernels. Use DistributedDataParallel, one process per "
+                "device (torchrun --nproc-per-node N train.py; the 'nccl' backend is mapped to the vendor's), or "
+                "run on one device (CUDA_VISIBLE_DEVICES=0), where DataParallel works.")
+        self.src_device_obj = torch.device(tr.device_type, self.device_ids[0])
+        self.module.to(self.src_device_obj)
+
+    @functools.wraps(forward)
+    def forward_(self: DataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        device = getattr(self, "src_device_obj", None)
+        if not self.device_ids or device is None or device.type != tr.device_type:
+            return forward(self, *inputs, **kwargs)
+        return self.module(*_to(inputs, device), **_to(kwargs, device))
+
+    patches.set(DataParallel, "__init__", init_)
+    patches.set(DataParallel, "forward", forward_)
