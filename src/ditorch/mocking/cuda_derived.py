@@ -40,6 +40,10 @@ MEMORY_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num
                    "max_split_size")
 
 
+class NotSupportedOnDevice(NotImplementedError):
+    """A ``torch.cuda`` function or class that the vendor's device has no counterpart for."""
+
+
 @dataclass(frozen=True)
 class Vendor:
     """What a builder needs: the vendor's device module, the cuda→vendor translator, the adapter's name."""
@@ -209,14 +213,11 @@ def _alias(vendor_name: str) -> Callable[[Vendor], Callable[..., Any]]:
     """A legacy CUDA name for a vendor function (``memory_cached`` → ``memory_reserved``)."""
 
     def build(vendor: Vendor) -> Callable[..., Any]:
-        tr = vendor.translator
-
         def alias(*args: Any, **kwargs: Any) -> Any:
-            args, kwargs = tr.args(args, kwargs)
             return getattr(vendor.module, vendor_name)(*args, **kwargs)
 
         alias.__doc__ = f"The vendor's ``{vendor_name}`` (CUDA's older name for it)."
-        return alias
+        return vendor.translator.wrap(alias)
 
     return build
 
@@ -267,8 +268,6 @@ def _set_sync_debug_mode(vendor: Vendor) -> Callable[..., None]:
     def set_sync_debug_mode(debug_mode: int | str) -> None:
         """Only the default mode (0, ``"default"``) exists on the vendor's device."""
         if debug_mode not in (0, "default"):
-            from ditorch.mocking.cuda_surface import NotSupportedOnDevice
-
             raise NotSupportedOnDevice(f"torch.cuda.set_sync_debug_mode({debug_mode!r}) is not supported on "
                                        f"{vendor.name}: it has no synchronization debug mode")
 

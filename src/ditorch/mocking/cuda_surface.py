@@ -15,10 +15,9 @@ name a new PyTorch adds is classified too. Each name resolves to one of:
 
 from __future__ import annotations
 
-import functools
 import importlib
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +25,10 @@ import torch
 import torch.cuda
 
 from ditorch.mocking import cuda_derived
-from ditorch.mocking.cuda_derived import Vendor
+from ditorch.mocking.cuda_derived import NotSupportedOnDevice, Vendor
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
+from ditorch.mocking.stand_in import mirroring
 
 #: ``torch.cuda``'s submodules whose public names are part of the surface.
 SUBMODULES = ("amp", "gds", "graphs", "green_contexts", "jiterator", "memory", "nccl", "nvtx", "profiler", "random",
@@ -62,10 +62,7 @@ HINTS = {
 }
 
 KINDS = ("derived", "vendor", "kept", "unsupported")
-
-
-class NotSupportedOnDevice(NotImplementedError):
-    """A ``torch.cuda`` function or class that the vendor's device has no counterpart for."""
+__all__ = ["KINDS", "NotSupportedOnDevice", "entries", "install", "surface"]
 
 
 @dataclass(frozen=True)
@@ -130,33 +127,15 @@ def entries(vendor_module: types.ModuleType) -> list[Entry]:
     return [Entry(sub, name, classify(name, vendor_module)) for sub, _, name in surface()]
 
 
-def _translating(fn: Callable[..., Any], tr: Translator) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:
-            args, kwargs = tr.args(args, kwargs)
-        return fn(*args, **kwargs)
-
-    return call
-
-
 def _unsupported(original: Any, qualname: str, vendor: str, hint: str) -> Any:
     message = f"{qualname} is not supported on {vendor}" + (f" ({hint})" if hint else "")
 
     if isinstance(original, type):
-        class _Mirror(type):
-            def __instancecheck__(cls, obj: Any) -> bool:
-                return isinstance(obj, original)
-
-            def __subclasscheck__(cls, sub: type) -> bool:
-                return issubclass(sub, original)
-
         def refuse(cls: type, *args: Any, **kwargs: Any) -> Any:
             raise NotSupportedOnDevice(message)
 
-        placeholder = _Mirror(original.__name__, (), {"__new__": refuse, "__doc__": message,
-                                                      "__module__": getattr(original, "__module__", "torch.cuda")})
-        return placeholder
+        return mirroring(original)(original.__name__, (), {
+            "__new__": refuse, "__doc__": message, "__module__": getattr(original, "__module__", "torch.cuda")})
 
     def unsupported(*args: Any, **kwargs: Any) -> Any:
         raise NotSupportedOnDevice(message)
@@ -183,7 +162,7 @@ def install(patches: Patches, vendor_module: types.ModuleType, tr: Translator, v
                 done[key] = derived[name]
             elif kind == "vendor":
                 value = getattr(vendor_module, name)
-                done[key] = _translating(value, tr) if callable(value) and not isinstance(value, type) else value
+                done[key] = tr.wrap(value) if callable(value) and not isinstance(value, type) else value
             else:
                 qualname = f"torch.cuda.{sub + '.' if sub else ''}{name}"
                 home = sub or getattr(original, "__module__", "").rpartition("torch.cuda.")[2]
@@ -192,4 +171,4 @@ def install(patches: Patches, vendor_module: types.ModuleType, tr: Translator, v
     for name in PRIVATE:
         if hasattr(vendor_module, name):
             value = getattr(vendor_module, name)
-            patches.set(torch.cuda, name, _translating(value, tr) if callable(value) else value)
+            patches.set(torch.cuda, name, tr.wrap(value) if callable(value) else value)

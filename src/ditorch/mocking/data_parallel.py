@@ -17,21 +17,15 @@ from typing import Any
 
 import torch
 from torch.nn.parallel import DataParallel
+from torch.utils._pytree import tree_map_only
 
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
 
 
 def _to(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_to(o, device) for o in obj))
-    if isinstance(obj, list | tuple):
-        return type(obj)(_to(o, device) for o in obj)
-    if isinstance(obj, dict):
-        return type(obj)((k, _to(v, device)) for k, v in obj.items())
-    return obj
+    """``obj`` (tensors in lists, tuples, dicts) with its tensors on ``device``."""
+    return tree_map_only(torch.Tensor, lambda t: t.to(device), obj)
 
 
 def install(patches: Patches, tr: Translator, vendor: str) -> None:

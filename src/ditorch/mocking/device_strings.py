@@ -14,6 +14,7 @@ import torch
 
 from ditorch.mocking.dtype_policy import DtypePolicy
 from ditorch.mocking.patches import Patches
+from ditorch.mocking.stand_in import mirroring
 
 #: torch functions taking a keyword ``device`` (factories and *_like).
 FACTORIES = (
@@ -58,6 +59,17 @@ class Translator:
     def args(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """Translate every device-like positional and keyword argument (for torch.cuda functions)."""
         return tuple(self.device(a) for a in args), {k: self.device(v) for k, v in kwargs.items()}
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (a vendor function standing in for a torch.cuda one) with its device arguments translated."""
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if args or kwargs:
+                args, kwargs = self.args(args, kwargs)
+            return fn(*args, **kwargs)
+
+        return call
 
 
 def _factory(fn: Callable[..., Any], name: str, tr: Translator) -> Callable[..., Any]:
@@ -118,8 +130,8 @@ def _install_default_device(patches: Patches, tr: Translator, constructors: set)
     """
     import torch.utils._device as device_module
 
-    wrapped = {fn for name in FACTORIES if getattr(getattr(torch, name, None), "__wrapped__", None) in constructors
-               for fn in (getattr(torch, name),)}
+    wrapped = {getattr(torch, name) for name in FACTORIES
+               if getattr(getattr(torch, name, None), "__wrapped__", None) in constructors}
     table = frozenset(constructors | wrapped)
     patches.set(device_module, "_device_constructors", lambda: table)
     context = device_module.DeviceContext
@@ -208,15 +220,8 @@ def _install_load(patches: Patches, tr: Translator) -> None:
 def _install_generator(patches: Patches, tr: Translator) -> None:
     base = torch.Generator
 
-    class _GeneratorType(type(base)):
-        # Every generator, also those torch makes itself (torch.default_generator), stays an instance.
-        def __instancecheck__(cls, obj: Any) -> bool:
-            return isinstance(obj, base)
-
-        def __subclasscheck__(cls, sub: type) -> bool:
-            return issubclass(sub, base)
-
-    class Generator(base, metaclass=_GeneratorType):
+    # Every generator, also those torch makes itself (torch.default_generator), stays an instance.
+    class Generator(base, metaclass=mirroring(base, type(base))):
         """``torch.Generator(device="cuda")``: a generator of the adapter's device. A plugin that cannot make
         device generators (torch_dipu) gets a host generator, which its random operators accept."""
 

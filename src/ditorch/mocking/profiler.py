@@ -48,9 +48,10 @@ class _Translation:
         out: list[Any] = []
         for item in activities:
             if isinstance(item, dict):
-                item = {self.one(k): v for k, v in item.items() if self.one(k) is not None}
-                if item:
-                    out.append(item)
+                mapped = {self.one(k): v for k, v in item.items()}
+                mapped.pop(None, None)
+                if mapped:
+                    out.append(mapped)
             elif (one := self.one(item)) is not None and one not in out:
                 out.append(one)
         return out
