@@ -49,13 +49,16 @@ EXACT = dict(rtol=0.0, atol=0.0)
 
 
 # ----------------------------------------------------------------------------------------------- running the sides
-def run_side(mode: str, out: Path) -> dict:
-    """Run the scenario script for one side; its results.json, or what went wrong."""
+def run_side(mode: str, out: Path, scenarios: str = "", **extra_env: str) -> dict:
+    """Run the scenario script for one side (all scenarios, or the comma-separated ``scenarios``); its
+    results.json, or what went wrong."""
     out.mkdir(parents=True, exist_ok=True)
     env = clean_env(DITORCH_QUIET="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-                    HF_HUB_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+                    HF_HUB_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", **extra_env)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     command = [sys.executable, str(SCRIPT), "--mode", mode, "--out", str(out)]
+    if scenarios:
+        command += ["--scenarios", scenarios]
     try:
         proc = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=TIMEOUT)
         returncode, output = proc.returncode, proc.stdout + proc.stderr
@@ -158,6 +161,14 @@ def fp32_parity(sides: dict[str, dict], name: str) -> tuple[dict, dict]:
 # ----------------------------------------------------------------------------------------------- Trainer
 def test_trainer_fp32(sides):
     fp32_parity(sides, "trainer_fp32")
+
+
+def test_parity_catches_a_device_whose_matmul_is_slightly_wrong(sides, tmp_path):
+    """The comparison can fail: droplet adds 1e-3 to every mm result, and Trainer's fp32 run must be told apart."""
+    faulty = run_side("ditorch", tmp_path / "faulty", scenarios="trainer_fp32", DROPLET_FAULTS="mm:bias:0.001")
+    assert "error" not in faulty["scenarios"].get("trainer_fp32", {"error": faulty["output_tail"]})
+    with pytest.raises(AssertionError, match="trainer_fp32"):
+        fp32_parity({**sides, "ditorch": faulty}, "trainer_fp32")
 
 
 def test_trainer_gradient_accumulation(sides):
