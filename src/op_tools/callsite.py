@@ -1,4 +1,9 @@
-"""The user's line that made a call: ``file:line function: source``, skipping torch's and the tools' frames."""
+"""The user's line that made a call: ``file:line function: source``, skipping torch's and the tools' frames.
+
+A module that wraps torch functions for the user (ditorch's cuda mapping, a vendor plugin's patches) marks
+itself with a module-level ``__call_site_transparent__ = True``: its frames are skipped too, so the call site
+stays the user's line (``x.cuda()``, not the wrapper that forwards it).
+"""
 
 from __future__ import annotations
 
@@ -25,11 +30,13 @@ def skip_frames_under(path: str) -> None:
     _skip_cache.clear()
 
 
-def _skipped(filename: str) -> bool:
+def _skipped(frame: FrameType) -> bool:
+    filename = frame.f_code.co_filename
     try:
         return _skip_cache[filename]
     except KeyError:
-        value = filename.startswith("<frozen") or any(filename.startswith(d) for d in _SKIP_DIRS)
+        value = (filename.startswith("<frozen") or any(filename.startswith(d) for d in _SKIP_DIRS)
+                 or frame.f_globals.get("__call_site_transparent__") is True)
         _skip_cache[filename] = value
         return value
 
@@ -47,8 +54,8 @@ def _describe(frame: FrameType) -> str:
 
 
 def call_site(frame: FrameType | None) -> str:
-    """The innermost frame from ``frame`` outwards that is outside torch and op_tools, described as
-    ``file:line function: source``."""
-    while frame is not None and _skipped(frame.f_code.co_filename):
+    """The innermost frame from ``frame`` outwards that is outside torch, op_tools and call-site-transparent
+    modules, described as ``file:line function: source``."""
+    while frame is not None and _skipped(frame):
         frame = frame.f_back
     return _describe(frame) if frame is not None else "<unknown>"

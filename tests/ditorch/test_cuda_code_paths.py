@@ -136,3 +136,29 @@ def test_factories_asking_for_pinned_memory_and_safetensors_loading_onto_cuda(tm
         assert all(t.device.type == "dipu" and torch.equal(t.cpu(), weights[k]) for k, t in loaded.items())
         print("OK")
     """)
+
+
+def test_op_tools_call_sites_are_the_users_lines_not_the_mapping(tmp_path) -> None:  # noqa: ANN001
+    """Under the mapping, ``.cuda()``, ``.to("cuda")`` and factories go through ditorch's wrappers; the call site
+    op_tools reports is still the line of the user's script."""
+    script = tmp_path / "user_script.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import ditorch
+        from op_tools import OpObserve
+        x = torch.ones(3)
+        tool = OpObserve()
+        tool.start()
+        a = x.cuda()  # site-cuda
+        b = torch.zeros(3, device="cuda")  # site-zeros
+        c = x.to("cuda")  # site-to
+        tool.stop()
+    """))
+    result = subprocess.run([sys.executable, str(script)], env=clean_env(DITORCH_QUIET="1"), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("OpObserve:")]  # OpObserve's console
+    assert len(lines) == 3, result.stderr
+    for line, mark in zip(lines, ("site-cuda", "site-zeros", "site-to"), strict=True):
+        assert f"{script}:" in line and mark in line, line
+        assert "ditorch" not in line.split(" at ", 1)[1], line

@@ -31,6 +31,9 @@ from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.dtype_policy import DtypePolicy, plugin_directory, supports_dtype_query
 from ditorch.mocking.patches import Patches
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 __all__ = ["MockState", "install", "installed", "uninstall"]
 
 _UNSET = object()

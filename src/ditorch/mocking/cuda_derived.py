@@ -21,6 +21,9 @@ import torch.cuda
 
 from ditorch.mocking.device_strings import Translator
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 #: The fields of CUDA's device properties (``torch._C._CudaDeviceProperties`` in torch 2.13); a test checks
 #: the list against torch's type stubs so that new fields are noticed.
 CUDA_PROPERTY_FIELDS: dict[str, Any] = {

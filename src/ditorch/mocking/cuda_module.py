@@ -22,6 +22,9 @@ from ditorch.mocking import cuda_surface
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 
 def install(patches: Patches, module: ModuleType, tr: Translator, vendor_name: str) -> None:
     """Map ``torch.cuda`` (every public name, see :mod:`.cuda_surface`) and the amp entry points."""

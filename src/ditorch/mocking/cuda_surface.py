@@ -30,6 +30,9 @@ from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
 from ditorch.mocking.stand_in import mirroring
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 #: ``torch.cuda``'s submodules whose public names are part of the surface.
 SUBMODULES = ("amp", "gds", "graphs", "green_contexts", "jiterator", "memory", "nccl", "nvtx", "profiler", "random",
               "sparse", "streams", "tunable")

@@ -22,6 +22,9 @@ from torch.utils._pytree import tree_map_only
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 
 def _to(obj: Any, device: torch.device) -> Any:
     """``obj`` (tensors in lists, tuples, dicts) with its tensors on ``device``."""

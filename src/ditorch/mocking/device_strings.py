@@ -16,6 +16,9 @@ from ditorch.mocking.dtype_policy import DtypePolicy
 from ditorch.mocking.patches import Patches
 from ditorch.mocking.stand_in import mirroring
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 #: torch functions taking a keyword ``device`` (factories and *_like).
 FACTORIES = (
     "empty", "zeros", "ones", "full", "rand", "randn", "randint", "randperm", "arange", "range", "tensor",

@@ -17,6 +17,9 @@ import torch
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 #: Collectives staged through the CPU when the backend is gloo.
 STAGED = (
     "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",

@@ -17,6 +17,9 @@ import torch
 
 from ditorch.adapters.base import Adapter
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 _INTERNAL = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
 
 

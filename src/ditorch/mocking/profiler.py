@@ -21,6 +21,9 @@ from torch.profiler import ProfilerActivity
 
 from ditorch.mocking.patches import Patches
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 
 def vendor_activity(device_type: str) -> ProfilerActivity | None:
     """The profiler activity that traces ``device_type``, if this PyTorch's profiler supports one."""

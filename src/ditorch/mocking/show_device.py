@@ -15,6 +15,9 @@ import torch
 
 from ditorch.mocking.patches import Patches
 
+#: op_tools reports the user's line, not these wrappers, as an operator's call site.
+__call_site_transparent__ = True
+
 
 def install(patches: Patches, device_type: str, framework: str) -> None:
     get_device = torch._C.TensorBase.device.__get__
