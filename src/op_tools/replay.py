@@ -23,7 +23,7 @@ import torch
 
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs
-from op_tools.naming import resolve_function
+from op_tools.naming import is_uninitialized_name, resolve_function
 
 __all__ = ["CaseResult", "ReplayOptions", "find_cases", "replay_case", "replay_dir", "run_stats"]
 
@@ -316,6 +316,9 @@ def _judge(result: CaseResult, case: cf.LoadedCase, func: Callable[..., Any], ou
         expected, expected_fp64 = _captured(case, record["outputs"], "o"), None
     if record.get("random"):
         result.forward = "SKIP (random)"
+        result.bitwise_forward = None
+    elif is_uninitialized_name(case.op):  # torch.empty & co.: the values are whatever memory held
+        result.forward = "SKIP (uninitialized)"
         result.bitwise_forward = None
     else:
         comparisons = compare_outputs(actual, expected, expected_fp64=expected_fp64, op=case.op)
