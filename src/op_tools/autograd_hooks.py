@@ -8,6 +8,15 @@ output, and each edge leaving the call's subgraph towards one of the call's inpu
 or the ``AccumulateGrad`` of a leaf) records that input's gradient. When the backward pass ends, the
 tools get the call's gradients in one piece.
 
+An input may be reached by several edges of the call (``addmm(x, x, x)``; ``F.linear(a, x, x)`` reaches ``x``
+through ``AddmmBackward0`` and through the ``TBackward0`` of the weight). Its gradient is the sum of those
+contributions, and that sum is what every tool gets, whatever it asked for: :func:`attach` counts the
+contributions each input expects, a hook adds each one to a copy on the gradient's device, and the sum is
+reduced to what the tools need (host copy, statistics, metadata) when the last contribution has arrived (or
+when the backward pass ends, for contributions whose node did not run). Statistics are never combined from
+per-contribution statistics: NaN counts, extremes and norms of a sum do not follow from those of its terms.
+An input reached by one edge is reduced at once, without a copy.
+
 Hooks keep no reference to the nodes or tensors of the forward pass (only indices), so the graph is
 freed as usual.
 """
@@ -50,15 +59,19 @@ def input_edges(inputs: list[torch.Tensor]) -> list[tuple[Any, int] | None]:
 
 
 class _Record:
-    __slots__ = ("call", "states", "grad_in", "grad_out", "finished", "keep", "pending")
+    __slots__ = ("call", "states", "grad_in", "grad_out", "finished", "keep", "pending", "expected", "partial")
 
-    def __init__(self, call: OpCall, states: list[tuple[OpTool, Any]]) -> None:
+    def __init__(self, call: OpCall, states: list[tuple[OpTool, Any]], expected: dict[int, int]) -> None:
         self.call = call
         self.states = states
         self.grad_in: dict[int, Any] = {}
         self.grad_out: dict[int, Any] = {}
         self.finished = False
         self.pending = False
+        # input index -> contributions it expects, for inputs reached by several edges of the call
+        self.expected = {j: n for j, n in expected.items() if n > 1}
+        # input index -> [sum so far on the gradient's device (or None), contributions still to come]
+        self.partial: dict[int, list[Any]] = {}
         needs = {tool.backward_needs for tool, _ in states}
         self.keep = (_keep_data if "data" in needs else _keep_stats if "stats" in needs
                      else _keep_finite if "finite" in needs else _keep_meta)
@@ -109,6 +122,30 @@ def _pending() -> list[_Record]:
     return pending
 
 
+def _accumulate(rec: _Record, j: int, g: torch.Tensor | None) -> torch.Tensor | None:
+    """Add one contribution to input ``j``'s gradient; the sum once every expected contribution has come."""
+    entry = rec.partial.get(j)
+    if entry is None:
+        entry = rec.partial[j] = [None, rec.expected[j]]
+    if g is not None:
+        # a copy: the engine may reuse a contribution's memory once the hook returns
+        entry[0] = g.detach().clone() if entry[0] is None else entry[0] + g.detach()
+    entry[1] -= 1
+    if entry[1] > 0:
+        return None
+    del rec.partial[j]
+    return entry[0]
+
+
+def _flush_partial(rec: _Record) -> None:
+    """Reduce the sums of inputs some of whose contributions never came (a node of the call did not run)."""
+    slots = [(j, total) for j, (total, _) in rec.partial.items() if total is not None]
+    rec.partial.clear()
+    if slots:
+        for (j, _), kept in zip(slots, rec.keep([total for _, total in slots]), strict=True):
+            rec.grad_in[j] = kept
+
+
 def _finish_backward() -> None:
     from op_tools.engine import engine, internal
 
@@ -118,6 +155,12 @@ def _finish_backward() -> None:
     with internal():
         for rec in records:
             rec.finished = True
+            if rec.partial:
+                try:
+                    _flush_partial(rec)
+                except Exception as exc:
+                    for tool, _ in rec.states:
+                        engine.report(tool, rec.call.name, "recording gradients", exc)
             for tool, state in rec.states:
                 try:
                     tool.on_backward(rec.call, state, rec.grad_in, rec.grad_out)
@@ -142,18 +185,13 @@ def _on_node(rec: _Record, out_slots: tuple[tuple[int, int], ...], edge_slots: t
                     grads.append(g)
             for i, j in edge_slots:
                 g = grad_inputs[i] if i < len(grad_inputs) else None
+                if j in rec.expected:  # one of several contributions: kept as a sum until the last one
+                    g = _accumulate(rec, j, g)
                 if g is not None:
                     slots.append((False, j))
                     grads.append(g)
             for (is_output, index), kept in zip(slots, rec.keep(grads) if grads else [], strict=True):
-                if is_output:
-                    rec.grad_out[index] = kept
-                    continue
-                prev = rec.grad_in.get(index)
-                if prev is None:
-                    rec.grad_in[index] = kept
-                elif isinstance(prev, torch.Tensor):  # an input reached by several nodes of the call
-                    rec.grad_in[index] = prev + kept
+                (rec.grad_out if is_output else rec.grad_in)[index] = kept
     except Exception as exc:
         for tool, _ in rec.states:
             engine.report(tool, rec.call.name, "recording gradients", exc)
@@ -202,7 +240,8 @@ def attach(call: OpCall, states: list[tuple[OpTool, Any]], edges: list[tuple[Any
             by_leaf.setdefault(id(obj), j)
         else:
             by_fn.setdefault((id(obj), nr), j)
-    rec = _Record(call, states)
+    per_node: list[tuple[Any, list[tuple[int, int]]]] = []
+    expected: dict[int, int] = {}
     for node in created:
         slots = []
         for i, (nf, nr) in enumerate(node.next_functions):
@@ -215,5 +254,9 @@ def attach(call: OpCall, states: list[tuple[OpTool, Any]], edges: list[tuple[Any
                     j = by_leaf.get(id(variable))
             if j is not None:
                 slots.append((i, j))
+                expected[j] = expected.get(j, 0) + 1
+        per_node.append((node, slots))
+    rec = _Record(call, states, expected)
+    for node, slots in per_node:
         node.register_hook(functools.partial(_on_node, rec, tuple(out_slots.get(id(node), ())), tuple(slots)))
     return len(created)
