@@ -1,14 +1,34 @@
-"""Reading environment variables the way every ditorch package does (booleans and comma-separated lists)."""
+"""Reading environment variables the way every ditorch package does: booleans, comma-separated lists and
+operator-name lists (whole-name regular expressions). The one copy of each parser; ditorch, torch_dipu and
+op_tools call these."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 
-__all__ = ["env_flag", "split_list"]
+__all__ = [
+    "FALSE_WORDS", "TRUE_WORDS", "compile_op_list", "env_flag", "op_list_matches", "parse_flag", "split_list",
+    "strip_op_prefix",
+]
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
+#: The words a boolean switch accepts (case-insensitive, whitespace trimmed); an empty value is false.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
+def parse_flag(text: str | None) -> bool | None:
+    """``True`` for 1/true/yes/on, ``False`` for 0/false/no/off/empty, ``None`` for anything else (the caller
+    raises its own error naming where the text came from: a variable, an option)."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    return None
 
 
 def env_flag(name: str, default: bool = False, env: Mapping[str, str] | None = None) -> bool:
@@ -17,14 +37,43 @@ def env_flag(name: str, default: bool = False, env: Mapping[str, str] | None = N
     raw = (os.environ if env is None else env).get(name)
     if raw is None:
         return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (use 1 or 0)")
+    value = parse_flag(raw)
+    if value is None:
+        raise ValueError(f"environment variable {name}={raw!r} is not a boolean "
+                         f"(use 1/true/yes/on or 0/false/no/off)")
+    return value
 
 
 def split_list(text: str) -> list[str]:
     """Split a comma- (or newline-) separated list, trimming whitespace and dropping empty entries."""
     return [item.strip() for item in text.replace("\n", ",").split(",") if item.strip()]
+
+
+def strip_op_prefix(entry: str, prefixes: Iterable[str] = ("aten.", "aten::")) -> str:
+    """An operator-name pattern without a leading namespace that log lines print (``aten.mm`` -> ``mm``)."""
+    entry = entry.strip()
+    for prefix in prefixes:
+        if entry.startswith(prefix):
+            return entry[len(prefix):]
+    return entry
+
+
+def compile_op_list(entries: Iterable[str], source: str, strip_prefixes: Iterable[str] = ()) -> list[re.Pattern[str]]:
+    """Compile operator-name list entries as whole-name regular expressions (match with
+    :func:`op_list_matches` or ``pattern.fullmatch``). Entries are whitespace-trimmed; a leading
+    ``strip_prefixes`` namespace is dropped (torch_dipu passes ``("aten.", "aten::")``); a bad entry raises
+    ``ValueError`` naming ``source`` (the variable or option) and the entry."""
+    prefixes = tuple(strip_prefixes)
+    patterns = []
+    for entry in entries:
+        text = strip_op_prefix(entry, prefixes) if prefixes else entry.strip()
+        try:
+            patterns.append(re.compile(text))
+        except re.error as exc:
+            raise ValueError(f"{source}: entry {entry!r} is not a valid regular expression: {exc}") from None
+    return patterns
+
+
+def op_list_matches(patterns: Iterable[re.Pattern[str]], *names: str) -> bool:
+    """Whether any pattern matches any of ``names`` as a whole name (exactly, or as a regular expression)."""
+    return any(p.pattern == name or p.fullmatch(name) for p in patterns for name in names)

@@ -28,11 +28,12 @@ import argparse
 import contextlib
 import importlib
 import os
-import re
 import runpy
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+
+from diopi.env import compile_op_list
 
 #: Exit status when the script cannot be opened (the same as ``python missing.py``).
 EXIT_NO_SCRIPT = 2
@@ -46,11 +47,10 @@ def _op_list(text: str) -> str:
     if not entries:
         raise argparse.ArgumentTypeError("expected at least one op name or regular expression "
                                          "(example: torch.nn.functional.linear,torch.matmul)")
-    for entry in entries:
-        try:
-            re.compile(entry)
-        except re.error as exc:
-            raise argparse.ArgumentTypeError(f"{entry!r} is not a valid regular expression: {exc}") from None
+    try:
+        compile_op_list(entries, "--fallback")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--fallback: entry ")) from None
     return ",".join(entries)
 
 

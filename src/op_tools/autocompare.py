@@ -93,9 +93,8 @@ class OpAutoCompare(OpTool):
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
         self.atol, self.rtol, self.noise_factor = atol, rtol, noise_factor
         self._results_dir, self._run_id = results_dir, run_id
-        if max_cases is None:
-            max_cases = int(os.environ.get(config.AUTOCOMPARE_MAX_CASES_ENV) or 100)
-        self.max_cases = max_cases
+        self._explicit_max_cases = max_cases
+        self.apply_config(self.config)
         self.write_report = report
         self.run_dir: Path | None = None
         self.table: ResultTable | None = None
@@ -103,6 +102,12 @@ class OpAutoCompare(OpTool):
         self.calls_checked = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
+    def read_config(self) -> config.AutoCompareConfig:
+        return config.autocompare_config()
+
+    def apply_config(self, cfg: config.AutoCompareConfig) -> None:
+        self.max_cases = cfg.max_cases if self._explicit_max_cases is None else self._explicit_max_cases
+
     def on_start(self) -> None:
         if self.run_dir is None:
             self.run_dir = choose_run_dir("op_autocompare", self._results_dir, self._run_id)

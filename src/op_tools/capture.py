@@ -15,7 +15,6 @@ import os
 import platform
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -34,7 +33,7 @@ from op_tools.tool import OpTool
 
 __all__ = ["OpCapture"]
 
-DEFAULT_MAX_BYTES = 10 * 2**30
+DEFAULT_MAX_BYTES = config.DEFAULT_CAPTURE_MAX_BYTES
 MODES = ("data", "stats")
 
 
@@ -110,17 +109,10 @@ class OpCapture(OpTool):
                  run_id: str | None = None, verbose: bool | None = None,
                  queue_bytes: int = 256 * 2**20) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        mode = (mode or os.environ.get(config.CAPTURE_MODE_ENV) or "data").strip().lower()
-        if mode not in MODES:
-            raise ValueError(f"{config.CAPTURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
-        self.mode = mode
-        self.backward_needs = "stats" if mode == "stats" else "data"
-        if max_bytes is None:
-            max_bytes = os.environ.get(config.CAPTURE_MAX_BYTES_ENV) or DEFAULT_MAX_BYTES
-        self.max_bytes = config.parse_byte_size(max_bytes, config.CAPTURE_MAX_BYTES_ENV)
+        self._explicit_mode, self._explicit_max_bytes, self._explicit_verbose = mode or None, max_bytes, verbose
+        self.apply_config(self.config)
         self.root = config.results_dir(results_dir) / "op_capture"
-        self.run_id = run_id or os.environ.get(config.RUN_ID_ENV) or time.strftime("%Y-%m-%d--%H-%M-%S")
-        self.verbose = config.verbose() if verbose is None else verbose
+        self.run_id = config.run_id(run_id)
         self.queue_bytes = queue_bytes
         self.run_dir: Path | None = None
         self.captured = 0
@@ -144,6 +136,19 @@ class OpCapture(OpTool):
         self._rank = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
+    def read_config(self) -> config.CaptureConfig:
+        return config.capture_config()
+
+    def apply_config(self, cfg: config.CaptureConfig) -> None:
+        mode = cfg.mode if self._explicit_mode is None else self._explicit_mode.strip().lower()
+        if mode not in MODES:
+            raise ValueError(f"{config.CAPTURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self.backward_needs = "stats" if mode == "stats" else "data"
+        self.max_bytes = (cfg.max_bytes if self._explicit_max_bytes is None
+                          else config.parse_byte_size(self._explicit_max_bytes, config.CAPTURE_MAX_BYTES_ENV))
+        self.verbose = cfg.verbose if self._explicit_verbose is None else self._explicit_verbose
+
     def _choose_run_dir(self) -> Path:
         self._rank = process_rank()
         return choose_run_dir("op_capture", self.root.parent, self.run_id)

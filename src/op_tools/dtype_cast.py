@@ -24,7 +24,7 @@ from op_tools.tool import OpTool
 __all__ = ["DEFAULT_CAST", "OpDtypeCast", "parse_cast"]
 
 #: The default cast table (also ``OP_DTYPE_CAST_DICT``'s syntax).
-DEFAULT_CAST = "torch.float16->torch.float32,torch.bfloat16->torch.float32"
+DEFAULT_CAST = config.DEFAULT_DTYPE_CAST
 # Calls whose purpose is a dtype (casting around them would undo it) and calls that compute nothing.
 _CONVERSIONS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short",
                           "char", "byte", "bool", "cpu", "cuda", "view", "view_as", "detach", "detach_", "set_",
@@ -89,14 +89,21 @@ class OpDtypeCast(OpTool):
                  cast: str | dict[Any, Any] | None = None, results_dir: str | os.PathLike[str] | None = None,
                  run_id: str | None = None) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        source = config.DTYPE_CAST_DICT_ENV if cast is None else f"cast= ({config.DTYPE_CAST_DICT_ENV} syntax)"
-        if cast is None:
-            cast = os.environ.get(config.DTYPE_CAST_DICT_ENV) or DEFAULT_CAST
-        self.cast = parse_cast(cast, source)
+        self._explicit_cast = cast
+        self.apply_config(self.config)
         self.results_dir = results_dir
         self.run_id = run_id
         self.table: ResultTable | None = None
         self.casts = 0
+
+    def read_config(self) -> config.DtypeCastConfig:
+        return config.dtype_cast_config()
+
+    def apply_config(self, cfg: config.DtypeCastConfig) -> None:
+        if self._explicit_cast is None:
+            self.cast = parse_cast(cfg.cast, config.DTYPE_CAST_DICT_ENV)
+        else:
+            self.cast = parse_cast(self._explicit_cast, f"cast= ({config.DTYPE_CAST_DICT_ENV} syntax)")
 
     def on_start(self) -> None:
         self.table = ResultTable(self.name, choose_run_dir("op_dtype_cast", self.results_dir, self.run_id))

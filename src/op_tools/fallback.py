@@ -110,13 +110,19 @@ class OpFallback(OpTool):
                  device: str | torch.device | None = None, steps: Any = None, retry_float32: bool | None = None,
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        self.retry_float32 = (config.env_flag(config.FALLBACK_RETRY_FLOAT32_ENV) if retry_float32 is None
-                              else retry_float32)
+        self._explicit_retry_float32 = retry_float32
+        self.apply_config(self.config)
         self.results_dir = results_dir
         self.run_id = run_id
         self.table: ResultTable | None = None
         self.fallen_back = 0
         self.in_float32 = 0
+
+    def read_config(self) -> config.FallbackConfig:
+        return config.fallback_config()
+
+    def apply_config(self, cfg: config.FallbackConfig) -> None:
+        self.retry_float32 = cfg.retry_float32 if self._explicit_retry_float32 is None else self._explicit_retry_float32
 
     def on_start(self) -> None:
         self.table = ResultTable(self.name, choose_run_dir("op_fallback", self.results_dir, self.run_id))

@@ -79,13 +79,20 @@ class OpObserve(OpTool):
                  file: str | os.PathLike[str] | None = None, verbose: bool | None = None,
                  backward: bool = True) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        self.file = file if file is not None else (os.environ.get(config.OBSERVE_FILE_ENV) or None)
-        self.verbose = config.verbose() if verbose is None else verbose
+        self._explicit_file, self._explicit_verbose = file, verbose
+        self.apply_config(self.config)
         self.wants_backward = backward
         self.observed = 0
         self.backward_observed = 0
         self.lines = 0
         self._out: IO[str] | None = None
+
+    def read_config(self) -> config.ObserveConfig:
+        return config.observe_config()
+
+    def apply_config(self, cfg: config.ObserveConfig) -> None:
+        self.file = self._explicit_file if self._explicit_file is not None else cfg.file
+        self.verbose = cfg.verbose if self._explicit_verbose is None else self._explicit_verbose
 
     def on_start(self) -> None:
         if self.file is not None:

@@ -129,6 +129,9 @@ class OpOverflowCheck(OpTool):
         self._writes_inputs: set[str] = set()  # ops seen writing into inputs without saying so
 
     # -- lifecycle -------------------------------------------------------------------------------------
+    def read_config(self) -> config.OverflowCheckConfig:
+        return config.overflow_check_config()
+
     def on_start(self) -> None:
         if self.run_dir is None:
             self.run_dir = choose_run_dir("op_overflow_check", self.results_dir, self.run_id)

@@ -12,7 +12,6 @@ import csv
 import json
 import math
 import os
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,17 +36,14 @@ def process_rank() -> int:
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
+    return config.rank()
 
 
 def choose_run_dir(tool_dir: str, results_dir: str | os.PathLike[str] | None = None,
                    run_id: str | None = None) -> Path:
     """``<results>/<tool_dir>/<run>/rank<r>``: a new folder (``<run>-2``, ... when one with files exists)."""
     root = config.results_dir(results_dir) / tool_dir
-    run_id = run_id or os.environ.get(config.RUN_ID_ENV) or time.strftime("%Y-%m-%d--%H-%M-%S")
+    run_id = config.run_id(run_id)
     rank = process_rank()
     run_dir = root / run_id / f"rank{rank}"
     n = 2

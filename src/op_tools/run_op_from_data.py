@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from diopi.env import parse_flag
 from op_tools import config
 from op_tools.replay import CaseResult, ReplayOptions, find_cases, replay_case, run_stats
 
@@ -26,12 +27,10 @@ def _flag(text: str | None) -> bool:
     # The seeds wrote `--only_run_forward True`; accept that form as well as the bare flag.
     if text is None:
         return True
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    value = parse_flag(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -119,29 +119,8 @@ class OpTimeMeasure(OpTool):
                  steps: Any = None, backward: bool = True, collectives: bool = True,
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        self._module: Any = None
-        if self.device_type != "cpu":
-            try:
-                self._module = torch.get_device_module(self.device_type)
-            except (RuntimeError, AttributeError):  # a device without a torch.<device> module: sync mode, no sync
-                self._module = None
-        has_events = self._module is not None and hasattr(self._module, "Event")
-        mode = mode if mode is not None else os.environ.get(config.TIME_MEASURE_MODE_ENV) or None
-        if mode is None:
-            mode = "event" if has_events else "sync"
-        if mode not in MODES:
-            raise ValueError(f"{config.TIME_MEASURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
-        if mode == "event" and not has_events:
-            raise ValueError(f"OpTimeMeasure: mode='event' needs timing events; the {self.device_type} device has "
-                             f"none (use mode='sync')")
-        self.mode = mode
-        if top is None:
-            value = os.environ.get(config.TIME_MEASURE_TOP_ENV) or "20"
-            try:
-                top = int(value)
-            except ValueError:
-                raise ValueError(f"{config.TIME_MEASURE_TOP_ENV}={value!r} is not a number") from None
-        self.top = top
+        self._explicit_mode, self._explicit_top = mode, top
+        self.apply_config(self.config)
         self.backward = backward
         self.collectives = collectives
         self.results_dir = results_dir
@@ -149,7 +128,6 @@ class OpTimeMeasure(OpTool):
         self.run_dir: Path | None = None
         self.table: _TimingTable | None = None
         self.untimed = 0
-        self._sync: Callable[[], None] = getattr(self._module, "synchronize", None) or (lambda: None)
         self._times: dict[tuple[str, str], array] = {}  # (name, phase) -> milliseconds per call
         self._pending: list[tuple[int, str, str, int, str, list[tuple[Any, Any]]]] = []
         self._lock = threading.Lock()
@@ -159,6 +137,29 @@ class OpTimeMeasure(OpTool):
         self.block_ms = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------------------
+    def read_config(self) -> config.TimeMeasureConfig:
+        return config.time_measure_config()
+
+    def apply_config(self, cfg: config.TimeMeasureConfig) -> None:
+        self._module: Any = None
+        if self.device_type != "cpu":
+            try:
+                self._module = torch.get_device_module(self.device_type)
+            except (RuntimeError, AttributeError):  # a device without a torch.<device> module: sync mode, no sync
+                self._module = None
+        has_events = self._module is not None and hasattr(self._module, "Event")
+        mode = self._explicit_mode if self._explicit_mode is not None else cfg.mode
+        if mode is None:
+            mode = "event" if has_events else "sync"
+        if mode not in MODES:
+            raise ValueError(f"{config.TIME_MEASURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
+        if mode == "event" and not has_events:
+            raise ValueError(f"OpTimeMeasure: mode='event' needs timing events; the {self.device_type} device has "
+                             f"none (use mode='sync')")
+        self.mode = mode
+        self.top = cfg.top if self._explicit_top is None else self._explicit_top
+        self._sync: Callable[[], None] = getattr(self._module, "synchronize", None) or (lambda: None)
+
     def on_start(self) -> None:
         if self.run_dir is None:
             self.run_dir = choose_run_dir("op_time_measure", self.results_dir, self.run_id)

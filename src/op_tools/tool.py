@@ -17,9 +17,7 @@ __all__ = ["OpTool", "active_device_type"]
 def active_device_type(explicit: str | torch.device | None = None) -> str:
     """The device a tool watches: the keyword, else ``OP_TOOLS_DEVICE``, else PyTorch's current accelerator
     (``torch.accelerator``), else the CPU."""
-    import os
-
-    value = explicit if explicit is not None else os.environ.get(config.DEVICE_ENV) or None
+    value = explicit if explicit is not None else config.device_name()
     if value is not None:
         try:
             return torch.device(value).type
@@ -50,13 +48,11 @@ class OpTool:
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None) -> None:
-        import os
-
-        self.filter = OpFilter(self.env_prefix, ops, disable_ops)
-        self.device_type = active_device_type(device)
-        if steps is None and self.steps_env:
-            steps = os.environ.get(self.steps_env) or None
-        self.steps = StepRange(steps, source=self.steps_env or "steps")
+        # Explicit keywords win over the environment, which is read now and again at each start().
+        self._explicit_ops, self._explicit_disable_ops = ops, disable_ops
+        self._explicit_device, self._explicit_steps = device, steps
+        self.config = self.read_config()
+        self._apply_common_config(self.config)
         self.active = False
         self.opened = False
         install_optimizer_hook()
@@ -80,8 +76,10 @@ class OpTool:
             self.on_stop()
 
     def start(self) -> OpTool:
-        """Begin acting on every torch call (idempotent)."""
+        """Begin acting on every torch call (idempotent). Re-reads the tool's environment variables
+        (:meth:`reconfigure`), so a tool reused across starts follows the values in force at each."""
         if not self.active:
+            self.reconfigure()
             self.open()
             self.active = True
             engine.activate(self)
@@ -101,6 +99,29 @@ class OpTool:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- settings (op_tools.config) ---------------------------------------------------------------------
+    def read_config(self) -> config.ToolConfig:
+        """This tool's settings from the environment; subclasses return their own config object."""
+        return config.tool_config(self.env_prefix, self.steps_env)
+
+    def _apply_common_config(self, cfg: config.ToolConfig) -> None:
+        self.filter = OpFilter(self.env_prefix, self._explicit_ops, self._explicit_disable_ops,
+                               env_lists=(cfg.ops, cfg.disable_ops))
+        self.device_type = active_device_type(self._explicit_device if self._explicit_device is not None
+                                              else cfg.device)
+        steps = self._explicit_steps if self._explicit_steps is not None else cfg.steps
+        self.steps = StepRange(steps, source=self.steps_env or "steps")
+
+    def apply_config(self, cfg: config.ToolConfig) -> None:
+        """Take the tool's own settings from ``cfg`` under its explicit keywords (subclasses; called at the
+        end of their ``__init__`` and by :meth:`reconfigure`)."""
+
+    def reconfigure(self) -> None:
+        """Read the environment again (at each :meth:`start`, never per call); explicit keywords still win."""
+        self.config = self.read_config()
+        self._apply_common_config(self.config)
+        self.apply_config(self.config)
 
     # -- decisions -------------------------------------------------------------------------------------
     def acts_on(self, name: str) -> bool:

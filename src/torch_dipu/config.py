@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diopi.env import env_flag, split_list
+from diopi.env import compile_op_list, env_flag, split_list, strip_op_prefix
 
 FALLBACK_CONFIG_FILE = ".dipu_force_fallback_op_list.config"
 VISIBLE_DEVICES = "DIPU_VISIBLE_DEVICES"
@@ -36,25 +36,18 @@ def parse_visible_devices(text: str | None, source: str = VISIBLE_DEVICES) -> li
     return indices
 
 
+ATEN_PREFIXES = ("aten.", "aten::")
+
+
 def op_pattern_text(entry: str) -> str:
     """An operator-name pattern without the ``aten.`` / ``aten::`` prefix that log lines print."""
-    entry = entry.strip()
-    for prefix in ("aten.", "aten::"):
-        if entry.startswith(prefix):
-            return entry[len(prefix):]
-    return entry
+    return strip_op_prefix(entry, ATEN_PREFIXES)
 
 
 def compile_patterns(entries: list[str], source: str) -> list[re.Pattern[str]]:
     """Compile operator-name list entries as whole-name regular expressions (an ``aten.`` prefix is
-    allowed); a bad entry raises naming it."""
-    patterns = []
-    for entry in entries:
-        try:
-            patterns.append(re.compile(op_pattern_text(entry)))
-        except re.error as exc:
-            raise ValueError(f"{source}: entry {entry!r} is not a valid regular expression: {exc}") from None
-    return patterns
+    allowed); a bad entry raises naming it (:func:`diopi.env.compile_op_list`)."""
+    return compile_op_list(entries, source, ATEN_PREFIXES)
 
 
 @dataclass

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from diopi.env import parse_flag
 from ditorch.config import DitorchConfig
-
-TRUE = ("1", "true", "yes", "on")
-FALSE = ("0", "false", "no", "off", "")
 
 DEFAULT_CASTS: dict[torch.dtype, torch.dtype] = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 
@@ -42,11 +40,12 @@ def parse_dtype_cast(text: str | bool | dict | None, source: str = "DITORCH_DTYP
     if isinstance(text, dict):
         return {(_dtype(k, source) if isinstance(k, str) else k): (_dtype(v, source) if isinstance(v, str) else v)
                 for k, v in text.items()}
-    value = text.strip().lower()
-    if value in FALSE:
+    flag = parse_flag(text)
+    if flag is False:
         return None
-    if value in TRUE:
+    if flag is True:
         return dict(DEFAULT_CASTS)
+    value = text.strip().lower()
     casts = {}
     for entry in value.replace(";", ",").split(","):
         if not entry.strip():

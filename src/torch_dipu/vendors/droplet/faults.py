@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from torch_dipu.config import op_pattern_text
+from torch_dipu.config import compile_patterns
 
 DEFAULT_PARAMS: dict[str, float | None] = {
     "bias": 1.0,
@@ -51,7 +51,7 @@ class Fault:
 
     @property
     def regex(self) -> re.Pattern[str]:
-        return re.compile(op_pattern_text(self.pattern))
+        return compile_patterns([self.pattern], "DROPLET_FAULTS")[0]
 
     def __str__(self) -> str:
         return f"{self.pattern}:{self.kind}" + ("" if self.param is None else f":{self.param:g}")
@@ -77,11 +77,10 @@ def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
         if not pattern:
             raise ValueError(f"{source} entry {entry!r} has an empty op pattern")
         try:
-            re.compile(op_pattern_text(pattern))
-        except re.error as exc:
-            raise ValueError(
-                f"{source} entry {entry!r}: {pattern!r} is not a valid regular expression: {exc}"
-            ) from None
+            compile_patterns([pattern], source)
+        except ValueError as exc:
+            raise ValueError(f"{source} entry {entry!r}: {pattern!r} is not a valid regular expression: "
+                             f"{str(exc).rpartition('regular expression: ')[2]}") from None
         param = DEFAULT_PARAMS[kind]
         if raw_param is not None:
             if DEFAULT_PARAMS[kind] is None:
