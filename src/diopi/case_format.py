@@ -13,14 +13,16 @@ non-contiguous. Values are encoded by :class:`Encoder` and decoded by :func:`dec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import struct
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -34,6 +36,7 @@ __all__ = [
     "Encoder",
     "LoadedCase",
     "NotReplayableError",
+    "atomic_open",
     "decode_value",
     "device_type",
     "dtype_from_name",
@@ -318,6 +321,23 @@ def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "wb", **kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a temporary file in ``path``'s folder; when the block ends without an error it takes ``path``'s
+    place in one step (``os.replace``). A reader sees the old complete file or the new complete one, never a
+    part, and one that still maps the old file keeps its data. On an error ``path`` is left as it was and the
+    temporary file is removed. Every file of a case is written through this."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, mode, **kwargs) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_tensors(path: Path, data: dict[str, torch.Tensor]) -> int:
     """Write host tensors to a safetensors file; returns bytes written.
 
@@ -342,22 +362,18 @@ def write_tensors(path: Path, data: dict[str, torch.Tensor]) -> int:
             buffers.append(t.reshape(-1).view(torch.uint8).numpy())
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-(len(text) + 8) % 8)
-    # An existing file is replaced, not truncated: readers may still map it (safetensors loads lazily).
-    target = path.with_name(path.name + ".tmp") if path.exists() else path
-    with open(target, "wb") as f:
+    with atomic_open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for buffer in buffers:
             f.write(buffer)
-    if target != path:
-        os.replace(target, path)
     return 8 + len(text) + offset
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> int:
-    """Write ``payload`` as compact JSON; returns bytes written."""
+    """Write ``payload`` as compact JSON, atomically (:func:`atomic_open`); returns bytes written."""
     text = json.dumps(payload, allow_nan=False)
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return len(text)
 

@@ -22,7 +22,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -132,8 +132,17 @@ def tolerance(dtype: torch.dtype, op: str | None = None) -> tuple[float, float]:
 
 def _fail(path: str, message: str, atol: float = 0.0, rtol: float = 0.0, abs_error: float = math.inf,
           rel_error: float = math.inf) -> TensorComparison:
-    return TensorComparison(path, Verdict.FAIL, abs_error, rel_error, math.nan, 1.0, atol, rtol, None, None,
-                            f"FAIL {path}: {message}")
+    """A FAIL decided before any value is measured (structure, type, dtype or shape), or a plain value."""
+    return TensorComparison(path=path, verdict=Verdict.FAIL, max_abs_error=abs_error, max_rel_error=rel_error,
+                            cosine_similarity=math.nan, mismatch_ratio=1.0, atol=atol, rtol=rtol, error_vs_fp64=None,
+                            cpu_error_vs_fp64=None, message=f"FAIL {path}: {message}")
+
+
+def _equal(path: str, message: str, atol: float = 0.0, rtol: float = 0.0) -> TensorComparison:
+    """A PASS with no error at all: equal values, or nothing to compare."""
+    return TensorComparison(path=path, verdict=Verdict.PASS, max_abs_error=0.0, max_rel_error=0.0,
+                            cosine_similarity=1.0, mismatch_ratio=0.0, atol=atol, rtol=rtol, error_vs_fp64=None,
+                            cpu_error_vs_fp64=None, message=f"PASS {path}: {message}")
 
 
 def _as_plain(t: torch.Tensor) -> torch.Tensor:
@@ -171,6 +180,101 @@ def _cosine(a: torch.Tensor, e: torch.Tensor) -> float:
     return max(-1.0, min(1.0, float((a * e).sum()) / (na * ne)))
 
 
+@dataclass
+class _Metrics:
+    """Step 1 of a comparison (:func:`_measure`): what was measured on one pair of tensors, with the float64
+    views that :func:`_judge` (step 2, the verdict) and :func:`_describe` (step 3, the message) read."""
+
+    a: torch.Tensor  # actual, float64
+    e: torch.Tensor  # expected, float64
+    e_fin: torch.Tensor  # expected with non-finite elements (of either side) as 0
+    finite: torch.Tensor
+    special_ok: torch.Tensor  # NaN against NaN, or the same infinity
+    diff: torch.Tensor
+    rel: torch.Tensor
+    mismatches: torch.Tensor
+    n_bad: int
+    max_abs: float
+    max_rel: float
+    cosine: float
+    ratio: float
+    err64: float | None
+    cpu_err64: float | None
+
+    @functools.cached_property
+    def special_bad(self) -> torch.Tensor:
+        """Elements where NaN/Inf placement differs."""
+        return ~self.finite & ~self.special_ok
+
+
+def _measure(a_raw: torch.Tensor, e_raw: torch.Tensor, reference: torch.Tensor | None, exact: bool, atol: float,
+             rtol: float) -> _Metrics:
+    """Step 1: the metrics of plain views ``a_raw`` (actual) against ``e_raw`` (expected) and, when given, the
+    errors of both against the float64 ``reference``."""
+    a, e = a_raw.to(torch.float64), e_raw.to(torch.float64)
+    finite = a.isfinite() & e.isfinite()
+    special_ok = (a.isnan() & e.isnan()) | (~finite & (a == e))
+    diff = torch.where(finite, (a - e).abs(), 0.0)
+    bound = atol + rtol * e.abs()
+    # Integers compare in their own dtype: int64 beyond 2**53 would round in float64.
+    close = a_raw == e_raw if exact else torch.where(finite, diff <= bound, special_ok)
+    mismatches = ~close
+    n_bad = int(mismatches.sum())
+    ea = torch.where(finite, e.abs(), 1.0)
+    rel = torch.where(diff == 0, 0.0, diff / ea)
+    a_fin, e_fin = torch.where(finite, a, 0.0), torch.where(finite, e, 0.0)
+
+    err64 = cpu_err64 = None
+    if reference is not None:
+        r = _as_plain(reference).to(torch.float64)
+        ok = finite & r.isfinite()
+        err64 = _max(torch.where(ok, (a - r).abs(), 0.0))
+        cpu_err64 = _max(torch.where(ok, (e - r).abs(), 0.0))
+    return _Metrics(a=a, e=e, e_fin=e_fin, finite=finite, special_ok=special_ok, diff=diff, rel=rel,
+                    mismatches=mismatches, n_bad=n_bad, max_abs=_max(diff), max_rel=_max(rel),
+                    cosine=_cosine(a_fin, e_fin), ratio=n_bad / a.numel(), err64=err64, cpu_err64=cpu_err64)
+
+
+_Rule = Literal["within", "nan_inf", "noise", "outside"]
+
+
+def _judge(m: _Metrics, noise_factor: float) -> tuple[Verdict, _Rule]:
+    """Step 2: the verdict, and the rule that decided it (every element within the tolerance, NaN/Inf placement
+    differs, outside the tolerance but noise against float64, outside the tolerance)."""
+    if m.n_bad == 0:
+        return Verdict.PASS, "within"
+    if m.special_bad.any():
+        return Verdict.FAIL, "nan_inf"
+    if m.err64 is not None and m.cpu_err64 is not None:
+        # A tiny slack, relative to the values: when the CPU is exact against float64, the device must be too.
+        eps = max(torch.finfo(torch.float64).eps * _max(m.e_fin.abs()), torch.finfo(torch.float64).tiny)
+        if m.err64 <= noise_factor * m.cpu_err64 + eps:
+            return Verdict.PASS_NOISE, "noise"
+    return Verdict.FAIL, "outside"
+
+
+def _describe(m: _Metrics, rule: _Rule, atol: float, rtol: float, noise_factor: float, complex_: bool) -> str:
+    """Step 3: the message for the rule :func:`_judge` applied (without the verdict and path prefix)."""
+    summary = f"max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g}, cosine {m.cosine:.6f}"
+    shape, numel = m.a.shape, m.a.numel()
+    if rule == "within":
+        return summary
+    if rule == "nan_inf":
+        i = int(m.special_bad.flatten().nonzero()[0])
+        return (f"NaN/Inf placement differs at {int(m.special_bad.sum())} element(s), first at index "
+                f"{_index(i, shape, complex_)}: actual {float(m.a.flatten()[i])}, expected {float(m.e.flatten()[i])}")
+    if rule == "noise":
+        return (f"{m.n_bad}/{numel} outside atol={atol:g}, rtol={rtol:g} but error vs float64 {m.err64:.3g} <= "
+                f"{noise_factor:g} x CPU's {m.cpu_err64:.3g}; {summary}")
+    i = int(torch.where(m.mismatches, m.diff, -1.0).flatten().argmax())
+    a_i, e_i = float(m.a.flatten()[i]), float(m.e.flatten()[i])
+    vs64 = (f"; error vs float64 {m.err64:.3g} > {noise_factor:g} x CPU's {m.cpu_err64:.3g}"
+            if m.err64 is not None else "")
+    return (f"{m.n_bad}/{numel} elements ({100 * m.ratio:.1f}%) outside atol={atol:g}, rtol={rtol:g}; worst at "
+            f"index {_index(i, shape, complex_)}: actual {a_i:.6g} vs expected {e_i:.6g} (abs {abs(a_i - e_i):.3g}, "
+            f"rel {float(m.rel.flatten()[i]):.3g}){vs64}")
+
+
 def compare_tensors(actual: Any, expected: Any, *, expected_fp64: torch.Tensor | None = None, op: str | None = None,
                     atol: float | None = None, rtol: float | None = None, noise_factor: float = 2.0,
                     path: str = "out") -> TensorComparison:
@@ -192,64 +296,20 @@ def compare_tensors(actual: Any, expected: Any, *, expected_fp64: torch.Tensor |
     atol = 0.0 if exact else (default_atol if atol is None else float(atol))
     rtol = 0.0 if exact else (default_rtol if rtol is None else float(rtol))
     if expected.numel() == 0:
-        return TensorComparison(path, Verdict.PASS, 0.0, 0.0, 1.0, 0.0, atol, rtol, None, None,
-                                f"PASS {path}: empty tensor of shape {tuple(expected.shape)}")
+        return _equal(path, f"empty tensor of shape {tuple(expected.shape)}", atol, rtol)
 
     a_raw, e_raw = _as_plain(actual), _as_plain(expected)
     if torch.equal(a_raw, e_raw):  # the common case, decided in one pass (NaN never equals, so it goes on)
-        return TensorComparison(path, Verdict.PASS, 0.0, 0.0, 1.0, 0.0, atol, rtol, None, None,
-                                f"PASS {path}: bitwise equal")
-    a, e = a_raw.to(torch.float64), e_raw.to(torch.float64)
-    shape, complex_ = a.shape, expected.is_complex()
-    finite = a.isfinite() & e.isfinite()
-    special_ok = (a.isnan() & e.isnan()) | (~finite & (a == e))
-    diff = torch.where(finite, (a - e).abs(), 0.0)
-    bound = atol + rtol * e.abs()
-    # Integers compare in their own dtype: int64 beyond 2**53 would round in float64.
-    close = a_raw == e_raw if exact else torch.where(finite, diff <= bound, special_ok)
-    mismatches = ~close
-    n_bad = int(mismatches.sum())
-    ea = torch.where(finite, e.abs(), 1.0)
-    rel = torch.where(diff == 0, 0.0, diff / ea)
-    max_abs, max_rel = _max(diff), _max(rel)
-    a_fin, e_fin = torch.where(finite, a, 0.0), torch.where(finite, e, 0.0)
-    cosine = _cosine(a_fin, e_fin)
-    ratio = n_bad / a.numel()
-
-    err64 = cpu_err64 = None
-    if isinstance(expected_fp64, torch.Tensor) and expected_fp64.shape == expected.shape and not exact:
-        r = _as_plain(expected_fp64).to(torch.float64)
-        ok = finite & r.isfinite()
-        err64 = _max(torch.where(ok, (a - r).abs(), 0.0))
-        cpu_err64 = _max(torch.where(ok, (e - r).abs(), 0.0))
-
-    def result(verdict: Verdict, message: str) -> TensorComparison:
-        return TensorComparison(path, verdict, max_abs, max_rel, cosine, ratio, atol, rtol, err64, cpu_err64,
-                                f"{verdict.value} {path}: {message}")
-
-    summary = f"max abs {max_abs:.3g}, max rel {max_rel:.3g}, cosine {cosine:.6f}"
-    if n_bad == 0:
-        return result(Verdict.PASS, summary)
-    special_bad = ~finite & ~special_ok
-    if special_bad.any():
-        i = int(special_bad.flatten().nonzero()[0])
-        where = _index(i, shape, complex_)
-        return result(Verdict.FAIL, f"NaN/Inf placement differs at {int(special_bad.sum())} element(s), first at "
-                                    f"index {where}: actual {float(a.flatten()[i])}, expected {float(e.flatten()[i])}")
-    if err64 is not None and cpu_err64 is not None:
-        # A tiny slack, relative to the values: when the CPU is exact against float64, the device must be too.
-        eps = max(torch.finfo(torch.float64).eps * _max(e_fin.abs()), torch.finfo(torch.float64).tiny)
-        if err64 <= noise_factor * cpu_err64 + eps:
-            return result(Verdict.PASS_NOISE, f"{n_bad}/{a.numel()} outside atol={atol:g}, rtol={rtol:g} but "
-                                              f"error vs float64 {err64:.3g} <= {noise_factor:g} x CPU's "
-                                              f"{cpu_err64:.3g}; {summary}")
-    i = int(torch.where(mismatches, diff, -1.0).flatten().argmax())
-    a_i, e_i = float(a.flatten()[i]), float(e.flatten()[i])
-    vs64 = f"; error vs float64 {err64:.3g} > {noise_factor:g} x CPU's {cpu_err64:.3g}" if err64 is not None else ""
-    return result(Verdict.FAIL, f"{n_bad}/{a.numel()} elements ({100 * ratio:.1f}%) outside atol={atol:g}, "
-                                f"rtol={rtol:g}; worst at index {_index(i, shape, complex_)}: actual {a_i:.6g} vs "
-                                f"expected {e_i:.6g} (abs {abs(a_i - e_i):.3g}, rel {float(rel.flatten()[i]):.3g})"
-                                f"{vs64}")
+        return _equal(path, "bitwise equal", atol, rtol)
+    reference = expected_fp64 if (isinstance(expected_fp64, torch.Tensor) and expected_fp64.shape == expected.shape
+                                  and not exact) else None
+    m = _measure(a_raw, e_raw, reference, exact, atol, rtol)
+    verdict, rule = _judge(m, noise_factor)
+    message = _describe(m, rule, atol, rtol, noise_factor, expected.is_complex())
+    return TensorComparison(path=path, verdict=verdict, max_abs_error=m.max_abs, max_rel_error=m.max_rel,
+                            cosine_similarity=m.cosine, mismatch_ratio=m.ratio, atol=atol, rtol=rtol,
+                            error_vs_fp64=m.err64, cpu_error_vs_fp64=m.cpu_err64,
+                            message=f"{verdict.value} {path}: {message}")
 
 
 def _field_names(x: Any) -> tuple[str, ...] | None:
@@ -284,8 +344,7 @@ def _compare_leaf(actual: Any, expected: Any, expected_fp64: Any, path: str, op:
             error = float(abs(actual - expected))
         return _fail(path, f"actual {actual!r} != expected {expected!r}", abs_error=error,
                      rel_error=error / abs(expected) if error != math.inf and expected else math.inf)
-    return TensorComparison(path, Verdict.PASS, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, None, None,
-                            f"PASS {path}: {expected!r}")
+    return _equal(path, repr(expected))
 
 
 def compare_outputs(actual: Any, expected: Any, *, expected_fp64: Any = None, op: str | None = None,

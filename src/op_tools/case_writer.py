@@ -50,7 +50,8 @@ class CaseWriter:
         return True
 
     def flush(self) -> None:
-        """Wait until every queued job has run."""
+        """Wait until every job submitted so far has finished, on every thread (a failed job counts as
+        finished: its error is in :attr:`failure`)."""
         with self._cond:
             while self._jobs or self._busy:
                 self._cond.wait()
@@ -82,7 +83,7 @@ class CaseWriter:
                 self._fail(f"{type(exc).__name__}: {exc}")
             finally:
                 with self._cond:
-                    self._busy = 0
+                    self._busy -= 1  # jobs in flight on the other threads still count
                     self._queued_bytes -= nbytes
                     self._cond.notify_all()
 
@@ -92,5 +93,6 @@ class CaseWriter:
                 self.failure = message
                 print(f"op_tools: writing results failed ({message}); capturing stops, training goes on",
                       file=sys.stderr, flush=True)
+                self._queued_bytes -= sum(nbytes for _, nbytes in self._jobs)
                 self._jobs.clear()
                 self._cond.notify_all()
