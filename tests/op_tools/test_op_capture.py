@@ -264,14 +264,20 @@ def test_a_full_queue_makes_the_step_wait_and_nothing_is_dropped(tmp_path: Path,
     import time
 
     write_tensors = cf.write_tensors
+    running: dict[str, op_tools.OpCapture] = {}
 
-    def slow_disk(*args: object, **kwargs: object) -> int:  # the writer is slower than the step, whatever the load
-        time.sleep(0.02)
+    def held_disk(*args: object, **kwargs: object) -> int:
+        """The writers hold their jobs until the step has had to wait for room in the queue: the queue fills
+        however fast or slow the machine is (the deadline only bounds a hang)."""
+        writer, deadline = running["cap"]._writer, time.monotonic() + 60
+        while writer is not None and writer.waits == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
         return write_tensors(*args, **kwargs)
 
-    monkeypatch.setattr(cf, "write_tensors", slow_disk)
+    monkeypatch.setattr(cf, "write_tensors", held_disk)
     x = torch.randn(256, 256)
     with op_tools.OpCapture(results_dir=tmp_path, device="cpu", queue_bytes=1) as cap:
+        running["cap"] = cap
         for i in range(40):
             x = x * 1.0001 + i
     assert cap.captured == 80 and cap.cases_written == 80 and len(case_dirs(cap.run_dir)) == 80

@@ -45,10 +45,6 @@ def _run_times(err: str, phase: str) -> list[float]:
     return [ms for ms, _ in found]
 
 
-def _within(ms: float, expected: float) -> bool:
-    return abs(ms - expected) <= 0.2 * expected
-
-
 def test_run_stats_leave_out_the_warm_up_run() -> None:
     assert run_stats([]) is None
     assert run_stats([7.0]) == {"min": 7.0, "median": 7.0, "max": 7.0, "runs": 1, "warmup_excluded": False}
@@ -60,22 +56,15 @@ def test_slow_fault_shows_in_the_replayed_forward_time(tmp_path: Path, capsys: p
     from torch_dipu.vendors.droplet import switches
 
     run_dir = _capture(tmp_path)
-    # Run 1 includes warm-up (the first call through the newly configured faulty kernel costs more, a few
-    # ms here), as its line says; every later run is the injected delay plus the op's normal time. On a
-    # loaded machine one sleep can overshoot by more than 1 ms (a wake-up waits for a core), so the normal
-    # time and the faulty replay are measured together up to five times, until one try is clean.
-    for attempt in range(5):
-        normal_err = _replay(capsys, run_dir, tmp_path / f"n{attempt}", "--run_times", "5")
-        normal = statistics.median(_run_times(normal_err, "forward")[1:])
-        expected = DELAY_MS + normal
-        with switches(faults=f"mm:slow:{DELAY_MS:g}"):
-            err = _replay(capsys, run_dir, tmp_path / f"f{attempt}", "--run_times", "3")
-        forward = _run_times(err, "forward")
-        assert len(forward) == 3 and len(_run_times(err, "backward")) == 3
-        if all(_within(ms, expected) for ms in forward[1:]):
-            break
-    assert forward[0] >= 0.8 * expected, (forward, normal)
-    assert all(_within(ms, expected) for ms in forward[1:]), (forward, normal)
+    # A sleep never wakes early: every faulty run takes at least the injected delay, and more than the same op
+    # replayed without the fault in this run (milliseconds apart, whatever the machine's speed).
+    normal_err = _replay(capsys, run_dir, tmp_path / "normal", "--run_times", "5")
+    normal = statistics.median(_run_times(normal_err, "forward")[1:])
+    with switches(faults=f"mm:slow:{DELAY_MS:g}"):
+        err = _replay(capsys, run_dir, tmp_path / "faulty", "--run_times", "3")
+    forward = _run_times(err, "forward")
+    assert len(forward) == 3 and len(_run_times(err, "backward")) == 3
+    assert all(ms >= DELAY_MS for ms in forward) and min(forward[1:]) > normal, (forward, normal)
     assert "(run 1 of 3, includes warm-up)" in err and "(run 2 of 3)" in err
     for phase in ("forward", "backward"):
         line = re.search(rf"^SyncExecuteTimer: {re.escape(OP)} {phase} min ([0-9.]+) median ([0-9.]+) "
@@ -84,7 +73,7 @@ def test_slow_fault_shows_in_the_replayed_forward_time(tmp_path: Path, capsys: p
         low, mid, high = map(float, line.groups())
         assert low <= mid <= high
         if phase == "forward":
-            assert _within(mid, expected)
+            assert mid >= DELAY_MS
 
 
 def test_forward_only_single_run_prints_its_stats(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

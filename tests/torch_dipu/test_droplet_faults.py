@@ -97,8 +97,8 @@ def test_slow_measured_by_events():
         z = x + x
         end.record()
         fast_ms = start.elapsed_time(end)
-    assert slow_ms >= 195, slow_ms
-    assert fast_ms < 100, fast_ms  # generous: the machine may stall, but not by the fault
+    assert slow_ms >= 195, slow_ms  # a sleep never wakes early
+    assert fast_ms < slow_ms, (fast_ms, slow_ms)  # the unfaulted op is not delayed (compared in the same run)
     _exact(y, torch.ones(8))
     _exact(z, torch.full((8,), 2.0))
 
