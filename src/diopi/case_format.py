@@ -14,12 +14,14 @@ non-contiguous. Values are encoded by :class:`Encoder` and decoded by :func:`dec
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
+import platform
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -36,12 +38,16 @@ __all__ = [
     "Encoder",
     "LoadedCase",
     "NotReplayableError",
+    "add_gradient",
     "atomic_open",
+    "backward_section",
+    "build_record",
     "decode_value",
     "device_type",
     "dtype_from_name",
     "dtype_name",
     "host_span",
+    "library_versions",
     "load_case",
     "rebuild_tensor",
     "storage_span",
@@ -208,6 +214,61 @@ def tensor_meta(t: torch.Tensor) -> dict[str, Any]:
         "device": str(t.device),
         "requires_grad": bool(t.requires_grad),
     }
+
+
+@functools.cache
+def library_versions() -> dict[str, str]:
+    """The versions a case records: ``{"torch", "ditorch", "python"}`` (``"unknown"`` for an uninstalled
+    ditorch). Read once per process; callers get a copy."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ditorch_version = version("ditorch")
+    except PackageNotFoundError:
+        ditorch_version = "unknown"
+    return {"torch": torch.__version__, "ditorch": ditorch_version, "python": platform.python_version()}
+
+
+def build_record(*, tool: str, op: str, call_id: int, step: int, rank: int, call_site: str | None, device: str,
+                 inplace: bool, random: bool, mode: str, args: Any, kwargs: Any, outputs: Any,
+                 tensors: dict[str, dict[str, Any]], opaque: Sequence[str] = (),
+                 backward: dict[str, Any] | None = None, reference_outputs: Any = None,
+                 versions: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``case.json`` record of one call, with every field the case format requires (every writer builds
+    its record here, so all cases have the same fields). ``args``, ``kwargs``, ``outputs`` and
+    ``reference_outputs`` are already encoded (:class:`Encoder`); ``tensors`` is the layout of every tensor
+    they reference; ``backward`` is a section from :func:`backward_section` or None (no gradients, yet);
+    ``reference_outputs`` the outputs a checking tool expected (None where there is no reference);
+    ``versions`` defaults to :func:`library_versions`."""
+    return {
+        "format": FORMAT_NAME, "version": FORMAT_VERSION, "tool": tool, "op": op, "id": call_id, "step": step,
+        "rank": rank, "call_site": call_site, "device": device, "inplace": bool(inplace), "random": bool(random),
+        "mode": mode, "args": args, "kwargs": kwargs, "outputs": outputs, "reference_outputs": reference_outputs,
+        "tensors": tensors, "opaque": list(opaque), "backward": backward,
+        "versions": dict(versions if versions is not None else library_versions()),
+    }
+
+
+def backward_section() -> dict[str, Any]:
+    """An empty backward section: ``{"grad_inputs": {}, "grad_outputs": {}, "tensors": {}}``; fill it with
+    :func:`add_gradient`."""
+    return {"grad_inputs": {}, "grad_outputs": {}, "tensors": {}}
+
+
+def add_gradient(section: dict[str, Any], data: dict[str, torch.Tensor], kind: str, key: str,
+                 grad: torch.Tensor, device: str) -> str:
+    """Record ``grad``, the gradient of the tensor ``key`` (``kind`` ``"grad_inputs"`` or ``"grad_outputs"``),
+    in a backward ``section``, its storage span in ``data`` (a contiguous host gradient as it is, without a
+    copy) and its layout with ``device``, the device the call ran on. Returns its key (``"g" + key``)."""
+    if kind not in ("grad_inputs", "grad_outputs"):
+        raise ValueError(f"kind must be 'grad_inputs' or 'grad_outputs', not {kind!r}")
+    gkey = f"g{key}"
+    data[gkey] = grad.reshape(-1) if grad.device.type == "cpu" and grad.is_contiguous() else host_span(grad)
+    meta = tensor_meta(grad)
+    meta["device"] = device
+    section["tensors"][gkey] = meta
+    section[kind][key] = gkey
+    return gkey
 
 
 def _short_repr(value: Any) -> str:

@@ -340,33 +340,26 @@ class OpAutoCompare(OpTool):
             meta["device"] = device
         tensors = {**state.meta, **out_enc.meta}
         data = {**state.spans, **out_enc.data}
-        record: dict[str, Any] = {
-            "format": cf.FORMAT_NAME, "version": cf.FORMAT_VERSION, "op": call.name, "id": call.call_id,
-            "step": call.step, "rank": process_rank(), "call_site": call.call_site, "device": device,
-            "inplace": state.writes, "random": call.info.random, "mode": "data", "args": state.args,
-            "kwargs": state.kwargs, "outputs": outputs, "tensors": tensors, "opaque": [], "backward": None,
-            "tool": "OpAutoCompare",
-        }
+        reference_outputs = None
         if expected is not None:
             ref_enc = cf.Encoder("r")
-            record["reference_outputs"] = ref_enc.encode(expected)
+            reference_outputs = ref_enc.encode(expected)
             tensors.update(ref_enc.meta)
             data.update(ref_enc.data)
+        section: dict[str, Any] | None = None
         if grads is not None:
-            section: dict[str, Any] = {"grad_inputs": {}, "grad_outputs": {}, "tensors": {}}
+            section = cf.backward_section()
             output_keys = [out_enc.key_of(t) for t in collect_tensors(actual, [], set())]
             for name, by_index, keys in (("grad_inputs", grads[0], None), ("grad_outputs", grads[1], output_keys)):
                 for index, g in by_index.items():
                     key = f"i{index}" if keys is None else (keys[index] if index < len(keys) else None)
-                    if key is None or not isinstance(g, torch.Tensor):
-                        continue
-                    gkey = f"g{key}"
-                    section[name][key] = gkey
-                    meta = cf.tensor_meta(g)
-                    meta["device"] = device
-                    section["tensors"][gkey] = meta
-                    data[gkey] = cf.host_span(g)
-            record["backward"] = section
+                    if key is not None and isinstance(g, torch.Tensor):
+                        cf.add_gradient(section, data, name, key, g, device)
+        record = cf.build_record(
+            tool="OpAutoCompare", op=call.name, call_id=call.call_id, step=call.step, rank=process_rank(),
+            call_site=call.call_site, device=device, inplace=state.writes, random=call.info.random, mode="data",
+            args=state.args, kwargs=state.kwargs, outputs=outputs, tensors=tensors, backward=section,
+            reference_outputs=reference_outputs)
         try:
             case_dir.mkdir(parents=True, exist_ok=True)
             cf.write_tensors(case_dir / cf.TENSORS_FILE, data)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import platform
 import re
 import threading
 from dataclasses import dataclass, field
@@ -35,16 +34,6 @@ __all__ = ["OpCapture"]
 
 DEFAULT_MAX_BYTES = config.DEFAULT_CAPTURE_MAX_BYTES
 MODES = ("data", "stats")
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        ditorch_version = version("ditorch")
-    except PackageNotFoundError:
-        ditorch_version = "unknown"
-    return {"torch": torch.__version__, "ditorch": ditorch_version, "python": platform.python_version()}
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -132,7 +121,7 @@ class OpCapture(OpTool):
         self._pending: dict[int, tuple[_CaseState, dict[str, Any], dict[str, torch.Tensor]]] = {}
         self._pending_bytes = 0
         self._pending_step = 0
-        self._versions = _versions()
+        self._versions = cf.library_versions()
         self._rank = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -243,14 +232,11 @@ class OpCapture(OpTool):
         state.case_dir = self.run_dir / op_dir_name(call.name) / str(call.call_id)
         self.bytes_queued += nbytes
         self.captured += 1
-        record = {
-            "format": cf.FORMAT_NAME, "version": cf.FORMAT_VERSION, "op": call.name, "id": call.call_id,
-            "step": call.step, "rank": self._rank, "call_site": call.call_site, "device": state.device,
-            "inplace": call.inplace, "random": call.info.random, "mode": self.mode,
-            "args": state.args, "kwargs": state.kwargs, "outputs": outputs,
-            "tensors": {**state.meta, **enc.meta}, "opaque": state.opaque + enc.opaque,
-            "backward": None, "versions": self._versions,
-        }
+        record = cf.build_record(
+            tool="OpCapture", op=call.name, call_id=call.call_id, step=call.step, rank=self._rank,
+            call_site=call.call_site, device=state.device, inplace=call.inplace, random=call.info.random,
+            mode=self.mode, args=state.args, kwargs=state.kwargs, outputs=outputs,
+            tensors={**state.meta, **enc.meta}, opaque=state.opaque + enc.opaque, versions=self._versions)
         state.args = state.kwargs = None
         if call.backward_hooked:
             # Hold the case until its backward pass, so that it is written once, gradients included.
@@ -291,26 +277,17 @@ class OpCapture(OpTool):
             return
         data: dict[str, torch.Tensor] = {}
         stats: dict[str, Any] = {}
-        section: dict[str, Any] = {"grad_inputs": {}, "grad_outputs": {}, "tensors": {}}
+        section = cf.backward_section()
         for grads, keys, field_name in ((grad_inputs, state.input_keys, "grad_inputs"),
                                         (grad_outputs, state.output_keys, "grad_outputs")):
             for index, grad in sorted(grads.items()):
                 key = keys[index] if index < len(keys) else None
                 if key is None:
                     continue
-                gkey = f"g{key}"
                 if isinstance(grad, dict):  # statistics mode
-                    stats[gkey] = grad
-                    section[field_name][key] = gkey
-                    continue
-                if not isinstance(grad, torch.Tensor):
-                    continue
-                # already a host copy (the engine copies gradients in the hook)
-                data[gkey] = grad.reshape(-1) if grad.is_contiguous() else cf.host_span(grad)
-                meta = cf.tensor_meta(grad)
-                meta["device"] = state.device
-                section["tensors"][gkey] = meta
-                section[field_name][key] = gkey
+                    stats[f"g{key}"] = grad
+                elif isinstance(grad, torch.Tensor):  # already a host copy (the engine copies it in the hook)
+                    cf.add_gradient(section, data, field_name, key, grad, state.device)
         if self.mode == "stats":
             if stats:
                 self.backward_cases += 1
