@@ -53,6 +53,18 @@ class SlowJob:
         self.done.set()
 
 
+def assert_flush_waits_for(writer: CaseWriter, slow: SlowJob) -> None:
+    """While ``slow`` holds a writer thread, ``flush()`` stays blocked; once released, it returns after it."""
+    try:
+        flusher = Flusher(writer, slow.done)
+        flusher.thread.join(GRACE)
+        assert not flusher.returned.is_set(), "flush returned while a job was still being written"
+    finally:
+        slow.release.set()
+    flusher.thread.join(LIVENESS)
+    assert flusher.returned.is_set() and flusher.slow_done_at_return is True
+
+
 def test_flush_waits_for_a_slow_job_while_a_fast_one_finishes_on_the_other_thread() -> None:
     writer = CaseWriter(threads=2)
     slow, fast_done = SlowJob(), threading.Event()
@@ -61,13 +73,10 @@ def test_flush_waits_for_a_slow_job_while_a_fast_one_finishes_on_the_other_threa
         assert slow.started.wait(LIVENESS)  # the slow job holds one thread
         assert writer.submit(fast_done.set, 1)  # the fast one runs on the other and ends
         assert fast_done.wait(LIVENESS)
-        flusher = Flusher(writer, slow.done)
-        flusher.thread.join(GRACE)
-        assert not flusher.returned.is_set(), "flush returned while a job was still being written"
-    finally:
-        slow.release.set()
-    flusher.thread.join(LIVENESS)
-    assert flusher.returned.is_set() and flusher.slow_done_at_return is True
+    except BaseException:
+        slow.release.set()  # never leave a writer thread blocked
+        raise
+    assert_flush_waits_for(writer, slow)
     writer.close()
     assert writer.failure is None
 
@@ -86,13 +95,10 @@ def test_a_failing_job_is_reported_and_flush_still_waits_for_the_job_in_flight(
         assert slow.started.wait(LIVENESS)
         assert writer.submit(disk_full, 1)
         assert failed.wait(LIVENESS)
-        flusher = Flusher(writer, slow.done)
-        flusher.thread.join(GRACE)
-        assert not flusher.returned.is_set(), "flush returned while a job was still being written"
-    finally:
-        slow.release.set()
-    flusher.thread.join(LIVENESS)
-    assert flusher.returned.is_set() and flusher.slow_done_at_return is True
+    except BaseException:
+        slow.release.set()  # never leave a writer thread blocked
+        raise
+    assert_flush_waits_for(writer, slow)
     assert writer.failure == "No space left on device: /results/case.json"
     assert not writer.submit(lambda: None, 1)  # later jobs are refused
     writer.close()
