@@ -94,8 +94,9 @@ def dir_bytes(path: Path) -> int:
 
 
 #: Every tool kind the benchmarks time, with its target: step time under the tool / plain step time.
-TARGETS = {"observe_to_file": 2.0, "capture": 15.0, "capture_stats": 3.0, "autocompare": 8.0, "overflow_check": 3.0,
-           "fallback": 3.0, "dtype_cast": 2.0, "time_measure_event": 2.0, "time_measure_sync": 3.0}
+#: observe_to_file, autocompare and time_measure_event carry issue 14's targets (1.3, 6, 1.5).
+TARGETS = {"observe_to_file": 1.3, "capture": 15.0, "capture_stats": 3.0, "autocompare": 6.0, "overflow_check": 3.0,
+           "fallback": 3.0, "dtype_cast": 2.0, "time_measure_event": 1.5, "time_measure_sync": 3.0}
 
 
 def make_tool(kind: str, results_dir: Path, device: str | None = None, report: bool = False) -> object:

@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_engine_call
 import bench_import
 from bench_common import TARGETS, environment, timed_round, w1_step, write_json
 
@@ -120,6 +121,16 @@ def inactive_rows(pairs: int, rounds: int, steps: int, warmup: int) -> list[dict
     return rows
 
 
+def engine_call_rows(calls: int, rounds: int) -> list[dict]:
+    """The engine's cost per intercepted call over an empty TorchFunctionMode's (bench_engine_call.py)."""
+    rows = bench_engine_call.measure(calls, rounds)
+    for row in rows:
+        row.update(device="cpu", tool=row["case"],
+                   met=None if row["target_ratio"] is None or row["ratio"] is None
+                   else row["ratio"] <= row["target_ratio"])
+    return rows
+
+
 def markdown(payload: dict, command: str) -> str:
     env = payload["env"]
     out = [
@@ -141,6 +152,12 @@ def markdown(payload: dict, command: str) -> str:
         if row["value"] is None:
             out.append(f"| {row['device']} | {row['tool']} | - | {row['baseline']:.2f} | - | "
                        f"<= {row['target_ratio']:g} | - | {row['note']} |")
+            continue
+        if row["tool"].startswith("engine_call_"):
+            target = "-" if row["target_ratio"] is None else f"<= {row['target_ratio']:g}"
+            met = "-" if row["met"] is None else ("met" if row["met"] else "**missed**")
+            out.append(f"| {row['device']} | {row['tool']} (us/call over plain; baseline: empty mode) | "
+                       f"{row['value']:.2f} | {row['baseline']:.2f} | {row['ratio']:.3f} | {target} | {met} | - |")
             continue
         met = "met" if row["met"] else "**missed**"
         equal = row.get("losses_bitwise_equal_to_plain", row.get("same_final_loss"))
@@ -187,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = tool_rows(args.rounds, args.steps)
     rows += inactive_rows(args.pairs, args.inactive_rounds, args.inactive_steps, warmup=1 if args.quick else 3)
     rows.sort(key=lambda row: (DEVICES.index(row["device"]), row["tool"] != "inactive"))
+    rows += engine_call_rows(2_000 if args.quick else 20_000, 1 if args.quick else args.rounds)
     env = {**environment(), "rounds": args.rounds, "steps_per_round": args.steps, "inactive_pairs": args.pairs,
            "inactive_child_rounds": args.inactive_rounds, "inactive_child_steps": args.inactive_steps,
            "wall_s": round(time.perf_counter() - start, 1)}

@@ -23,6 +23,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ("bench_op_accuracy.py", ["--rounds", "1", "--steps", "1", "--rss-steps", "12"],
          {"w1_step_autocompare", "w1_step_overflow_check", "w1_step_fallback", "w1_step_dtype_cast",
           "w1_autocompare_rss_growth"}),
+        ("bench_engine_call.py", ["--calls", "200", "--rounds", "1"],
+         {"engine_call_nop_observer", "engine_call_observe_to_file"}),
     ],
 )
 def test_benchmark_writes_its_json(tmp_path: Path, script: str, args: list[str], cases: set[str]) -> None:
@@ -56,8 +58,12 @@ def test_suite_quick_writes_json_and_table(tmp_path: Path) -> None:
     assert report["name"] == "suite" and report["unit"] == "ms" and report["env"]["dipu_vendor"] == "droplet"
     tools = {"inactive", "observe_to_file", "capture", "capture_stats", "autocompare", "overflow_check", "fallback",
              "dtype_cast", "time_measure_event", "time_measure_sync"}
-    assert {r["case"] for r in report["results"]} == {f"w1_step_{t}_{d}" for t in tools for d in ("cpu", "dipu")}
-    for row in report["results"]:
+    engine_cases = {"engine_call_nop_observer", "engine_call_observe_to_file"}
+    assert {r["case"] for r in report["results"]} == {f"w1_step_{t}_{d}" for t in tools
+                                                      for d in ("cpu", "dipu")} | engine_cases
+    for row in (r for r in report["results"] if r["case"] in engine_cases):
+        assert row["value"] > 0 and row["baseline"] > 0 and row["unit"] == "us"
+    for row in (r for r in report["results"] if r["case"] not in engine_cases):
         assert row["baseline"] > 0 and row["target_ratio"] > 0
         if row["value"] is None:  # a tool that could not run says why
             assert row["note"].startswith("skipped") and row["ratio"] is None and row["met"] is None

@@ -5,6 +5,7 @@ The lowest layer of ditorch, free of import side effects. It defines what an ope
 (:mod:`diopi.function_table`), and how two results are judged (:mod:`diopi.compare`).
 """
 
+from diopi import function_table  # noqa: F401  (fills the registry)
 from diopi.registry import (
     DiopiFunction,
     UnknownFunctionError,

@@ -7,11 +7,13 @@ called with the ATen overload being run and that overload's arguments, with devi
 replaced by the vendor's storage tensors: ``impl(op, *args, **kwargs)``.
 
 The reference implementation runs the same ATen overload with PyTorch on the CPU.
+
+This module is the table itself and imports no other part of diopi; :mod:`diopi.function_table` fills it,
+and importing :mod:`diopi` (which any ``import diopi.<module>`` does first) loads that table.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,14 +70,8 @@ def register_function(fn: DiopiFunction) -> DiopiFunction:
     return fn
 
 
-def _ensure_loaded() -> None:
-    if not _FUNCTIONS:
-        importlib.import_module("diopi.function_table")  # registers the table
-
-
 def get_function(name: str) -> DiopiFunction:
     """The DIOPI function called ``name``."""
-    _ensure_loaded()
     try:
         return _FUNCTIONS[name]
     except KeyError:
@@ -84,7 +80,6 @@ def get_function(name: str) -> DiopiFunction:
 
 def functions() -> Iterator[DiopiFunction]:
     """All registered DIOPI functions, in registration order."""
-    _ensure_loaded()
     return iter(list(_FUNCTIONS.values()))
 
 
@@ -98,5 +93,4 @@ def aten_packet_name(op: torch._ops.OpOverload | str) -> str:
 
 def function_for_aten(op: torch._ops.OpOverload | str) -> DiopiFunction | None:
     """The DIOPI function serving an ATen overload, or None when the interface has none."""
-    _ensure_loaded()
     return _BY_ATEN_PACKET.get(aten_packet_name(op))

@@ -94,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay captured op cases (from op_tools.OpCapture) and compare with the captured results",
         description="Rebuild every case under DIR (searched recursively) on a device with its recorded layout, "
                     "run it forward and backward, and compare with what was captured (bitwise and by the "
-                    "comparison rules). Same as `python -m op_tools.run_op_from_data`. Exit status 1 if any case "
-                    "failed or could not be replayed.",
+                    "comparison rules), with the vendor's device set up by `import ditorch`. Same as "
+                    "`python -m op_tools.run_op_from_data`, which sets up no vendor device. Exit status 1 if any "
+                    "case failed or could not be replayed.",
     )
     from op_tools import run_op_from_data
 

@@ -10,16 +10,16 @@ counter moved): an in-place op that lost its write, or an op that changed an inp
 Backward: each input gradient of every autograd node the call created is checked against a CPU
 recomputation of the call's forward and backward, fed with the device's own output gradients.
 
-Random ops and ops without a comparable value are SKIP rows. A FAIL prints one line and saves the case
-(device inputs and outputs, the CPU outputs as ``reference_outputs``) under ``cases/`` of the run
-folder, ready for ``run_op_from_data --acc_check``.
+Random ops and ops without a comparable value are SKIP rows. A FAIL saves the case (device inputs and
+outputs, the CPU outputs as ``reference_outputs``) under ``cases/`` of the run folder, ready for
+``run_op_from_data --acc_check``; the console gets one line per (op name, step) with the number of FAIL
+rows and the worst one (:mod:`op_tools.console`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,9 +28,10 @@ from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs, compare_tensors
 from op_tools import config
 from op_tools.capture import op_dir_name
-from op_tools.engine import OpCall, collect_tensors, map_tensors, print_line
-from op_tools.results import ResultTable, choose_run_dir, process_rank
-from op_tools.tool import OpTool
+from op_tools.console import StepLines
+from op_tools.protocol import OpCall, Phase, collect_tensors, map_tensors, print_line
+from op_tools.results import process_rank
+from op_tools.results_tool import ResultsTool
 
 __all__ = ["OpAutoCompare"]
 
@@ -66,7 +67,7 @@ def _floating(value: Any) -> bool:
     return any(t.is_floating_point() or t.is_complex() for t in collect_tensors(value, [], set()))
 
 
-class OpAutoCompare(OpTool):
+class OpAutoCompare(ResultsTool):
     """Compare every matched operator call on the device with the CPU, forward and backward.
 
     Keywords (environment variable in brackets): ``ops`` / ``disable_ops`` [``OP_AUTOCOMPARE_LIST`` /
@@ -82,7 +83,8 @@ class OpAutoCompare(OpTool):
 
     env_prefix = "OP_AUTOCOMPARE"
     steps_env = config.AUTOCOMPARE_STEPS_ENV
-    wants_backward = True
+    results_folder = "op_autocompare"
+    phases = Phase.BEFORE | Phase.AFTER | Phase.BACKWARD
     backward_needs = "data"
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
@@ -90,14 +92,13 @@ class OpAutoCompare(OpTool):
                  rtol: float | None = None, noise_factor: float = 2.0,
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None,
                  max_cases: int | None = None, report: bool = True) -> None:
-        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
+                         run_id=run_id)
         self.atol, self.rtol, self.noise_factor = atol, rtol, noise_factor
-        self._results_dir, self._run_id = results_dir, run_id
         self._explicit_max_cases = max_cases
         self.apply_config(self.config)
         self.write_report = report
-        self.run_dir: Path | None = None
-        self.table: ResultTable | None = None
+        self.lines = StepLines(self.name)  # one console line per (op name, step)
         self.cases_saved = 0
         self.calls_checked = 0
 
@@ -108,17 +109,10 @@ class OpAutoCompare(OpTool):
     def apply_config(self, cfg: config.AutoCompareConfig) -> None:
         self.max_cases = cfg.max_cases if self._explicit_max_cases is None else self._explicit_max_cases
 
-    def on_start(self) -> None:
-        if self.run_dir is None:
-            self.run_dir = choose_run_dir("op_autocompare", self._results_dir, self._run_id)
-            self.table = ResultTable("OpAutoCompare", self.run_dir)
-
     def on_stop(self) -> None:
-        if self.table is None:
-            return
-        self.table.close()
-        print_line(self.table.summary_line())
-        if self.write_report and self.table.jsonl_path.is_file():
+        self.lines.flush()
+        super().on_stop()
+        if self.write_report and self.table is not None and self.table.jsonl_path.is_file():
             try:
                 from op_tools.report import write_report
 
@@ -127,20 +121,13 @@ class OpAutoCompare(OpTool):
                 print_line(f"OpAutoCompare: no HTML report ({type(exc).__name__}: {exc})")
 
     @property
-    def results(self) -> list[dict[str, Any]]:
-        """Every result row so far (read back from ``results.jsonl``)."""
-        return self.table.rows if self.table is not None else []
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return dict(self.table.counts) if self.table is not None else {}
-
-    @property
     def failures(self) -> list[dict[str, Any]]:
         return [r for r in self.results if r.get("verdict") == "FAIL"]
 
     # -- forward ---------------------------------------------------------------------------------------
     def before(self, call: OpCall) -> _CallState:
+        if self.lines.pending:
+            self.lines.poll(call.step)
         if call.info.random:
             return _CallState([], {}, {}, {}, False, [], None, skip="random op")
         if call.info.uninitialized:
@@ -321,9 +308,10 @@ class OpAutoCompare(OpTool):
                   case_dir=case_dir if verdict == "FAIL" else None)
         if verdict == "FAIL":
             where = f"; case {case_dir}" if case_dir else ""
-            print_line(f"OpAutoCompare: FAIL {call.name} #{call.call_id} {phase} {c.path}: max abs diff "
-                       f"{c.max_abs_error:.3g}, max rel diff {c.max_rel_error:.3g}, cosine {c.cosine_similarity:.6f} "
-                       f"(atol {c.atol:g}, rtol {c.rtol:g}) at {call.call_site}{where}")
+            self.lines.add(call.step, call.name, 1, c.max_abs_error,
+                           f"#{call.call_id} {phase} {c.path}: max abs diff {c.max_abs_error:.3g}, max rel diff "
+                           f"{c.max_rel_error:.3g}, cosine {c.cosine_similarity:.6f} (atol {c.atol:g}, "
+                           f"rtol {c.rtol:g}) at {call.call_site}{where}")
 
     def _save_case(self, call: OpCall, state: _CallState, actual: Any, expected: Any,
                    grads: tuple[dict[int, Any], dict[int, Any]] | None) -> str | None:

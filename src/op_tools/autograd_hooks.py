@@ -17,8 +17,13 @@ when the backward pass ends, for contributions whose node did not run). Statisti
 per-contribution statistics: NaN counts, extremes and norms of a sum do not follow from those of its terms.
 An input reached by one edge is reduced at once, without a copy.
 
+Tools taking part in ``Phase.BACKWARD_NODES`` (OpTimeMeasure) also get a pre-hook and a post-hook around
+each node's own work (``node_started`` / ``node_finished`` with the node's index); their post-hook is
+registered before the recording hook, so the recording is not inside the bracket. Each call reports to the
+tools once, for the first backward pass that reaches it.
+
 Hooks keep no reference to the nodes or tensors of the forward pass (only indices), so the graph is
-freed as usual.
+freed as usual. This module builds on :mod:`op_tools.protocol` only (not on the engine).
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-if TYPE_CHECKING:
-    from op_tools.engine import OpCall
-    from op_tools.tool import OpTool
+from op_tools.protocol import Phase, internal, report_failure
 
-__all__ = ["GradMeta", "attach", "input_edges"]
+if TYPE_CHECKING:
+    from op_tools.protocol import OpCall
+
+__all__ = ["GradMeta", "attach", "created_nodes", "input_edges"]
 
 
 class GradMeta(NamedTuple):
@@ -59,11 +65,13 @@ def input_edges(inputs: list[torch.Tensor]) -> list[tuple[Any, int] | None]:
 
 
 class _Record:
-    __slots__ = ("call", "states", "grad_in", "grad_out", "finished", "keep", "pending", "expected", "partial")
+    __slots__ = ("call", "states", "timers", "grad_in", "grad_out", "finished", "keep", "pending", "expected",
+                 "partial")
 
-    def __init__(self, call: OpCall, states: list[tuple[OpTool, Any]], expected: dict[int, int]) -> None:
+    def __init__(self, call: OpCall, states: list[tuple[Any, Any]], expected: dict[int, int]) -> None:
         self.call = call
-        self.states = states
+        self.states = states  # every tool told when the pass ends
+        self.timers = [(t, s) for t, s in states if Phase.BACKWARD_NODES in t.phases]
         self.grad_in: dict[int, Any] = {}
         self.grad_out: dict[int, Any] = {}
         self.finished = False
@@ -72,7 +80,7 @@ class _Record:
         self.expected = {j: n for j, n in expected.items() if n > 1}
         # input index -> [sum so far on the gradient's device (or None), contributions still to come]
         self.partial: dict[int, list[Any]] = {}
-        needs = {tool.backward_needs for tool, _ in states}
+        needs = {tool.backward_needs for tool, _ in states if Phase.BACKWARD in tool.phases}
         self.keep = (_keep_data if "data" in needs else _keep_stats if "stats" in needs
                      else _keep_finite if "finite" in needs else _keep_meta)
 
@@ -147,8 +155,6 @@ def _flush_partial(rec: _Record) -> None:
 
 
 def _finish_backward() -> None:
-    from op_tools.engine import engine, internal
-
     pending = _pending()
     _local.queued = False
     records, pending[:] = list(pending), []
@@ -160,20 +166,18 @@ def _finish_backward() -> None:
                     _flush_partial(rec)
                 except Exception as exc:
                     for tool, _ in rec.states:
-                        engine.report(tool, rec.call.name, "recording gradients", exc)
+                        report_failure(tool, rec.call.name, "recording gradients", exc)
             for tool, state in rec.states:
                 try:
                     tool.on_backward(rec.call, state, rec.grad_in, rec.grad_out)
                 except Exception as exc:
-                    engine.report(tool, rec.call.name, "the backward", exc)
+                    report_failure(tool, rec.call.name, "the backward", exc)
 
 
 def _on_node(rec: _Record, out_slots: tuple[tuple[int, int], ...], edge_slots: tuple[tuple[int, int], ...],
              grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
     if rec.finished:
         return
-    from op_tools.engine import engine, internal
-
     try:
         with internal():
             slots: list[tuple[bool, int]] = []
@@ -194,8 +198,13 @@ def _on_node(rec: _Record, out_slots: tuple[tuple[int, int], ...], edge_slots: t
                 (rec.grad_out if is_output else rec.grad_in)[index] = kept
     except Exception as exc:
         for tool, _ in rec.states:
-            engine.report(tool, rec.call.name, "recording gradients", exc)
+            report_failure(tool, rec.call.name, "recording gradients", exc)
         return
+    _queue(rec)
+
+
+def _queue(rec: _Record) -> None:
+    """Report ``rec`` to its tools when the running backward pass ends."""
     if not rec.pending:
         rec.pending = True
         _pending().append(rec)
@@ -204,35 +213,65 @@ def _on_node(rec: _Record, out_slots: tuple[tuple[int, int], ...], edge_slots: t
         torch.autograd.Variable._execution_engine.queue_callback(_finish_backward)
 
 
-def attach(call: OpCall, states: list[tuple[OpTool, Any]], edges: list[tuple[Any, int] | None],
-           seq0: int, seq1: int) -> int:
-    """Hook every node ``call`` created (sequence numbers in ``[seq0, seq1)``); returns how many."""
+def _node_started(rec: _Record, k: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+    if rec.finished:
+        return
+    for tool, state in rec.timers:
+        try:
+            tool.node_started(rec.call, state, k)
+        except Exception as exc:
+            report_failure(tool, rec.call.name, "the backward", exc)
+
+
+def _node_finished(rec: _Record, k: int, grad_inputs: tuple[torch.Tensor | None, ...],
+                   grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+    if rec.finished:
+        return
+    for tool, state in reversed(rec.timers):
+        try:
+            tool.node_finished(rec.call, state, k)
+        except Exception as exc:
+            report_failure(tool, rec.call.name, "the backward", exc)
+    _queue(rec)
+
+
+def created_nodes(outputs: list[torch.Tensor], seq0: int, seq1: int) -> tuple[list[Any], dict[int, int]]:
+    """The autograd nodes made between sequence numbers ``seq0`` and ``seq1`` that are reachable from
+    ``outputs``, and their index by ``id``."""
     index: dict[int, int] = {}
     created: list[Any] = []
-    out_slots: dict[int, list[tuple[int, int]]] = {}
-    for k, out in enumerate(call.outputs):
+    for out in outputs:
         fn = out.grad_fn
-        if fn is None or not (seq0 <= fn._sequence_nr() < seq1):
-            continue
-        if id(fn) not in index:
+        if fn is not None and id(fn) not in index and seq0 <= fn._sequence_nr() < seq1:
             index[id(fn)] = len(created)
             created.append(fn)
-        out_slots.setdefault(id(fn), []).append((k, out.output_nr))
-    if not created:
-        return 0
     stack = list(created)
     while stack:
         node = stack.pop()
         for nf, _ in node.next_functions:
-            if nf is None or id(nf) in index:
-                continue
-            if seq0 <= nf._sequence_nr() < seq1:
+            if nf is not None and id(nf) not in index and seq0 <= nf._sequence_nr() < seq1:
                 index[id(nf)] = len(created)
                 created.append(nf)
                 stack.append(nf)
+    return created, index
+
+
+def attach(call: OpCall, states: list[tuple[Any, Any]], edges: list[tuple[Any, int] | None],
+           seq0: int, seq1: int) -> int:
+    """Hook every node ``call`` created (sequence numbers in ``[seq0, seq1)``) for the tools in ``states``
+    (those taking part in ``Phase.BACKWARD`` or ``Phase.BACKWARD_NODES``); returns how many nodes."""
+    created, index = created_nodes(call.outputs, seq0, seq1)
+    if not created:
+        return 0
+    out_slots: dict[int, list[tuple[int, int]]] = {}
+    for k, out in enumerate(call.outputs):
+        fn = out.grad_fn
+        if fn is not None and id(fn) in index:
+            out_slots.setdefault(id(fn), []).append((k, out.output_nr))
+    records = any(Phase.BACKWARD in t.phases for t, _ in states)
     by_fn: dict[tuple[int, int], int] = {}
     by_leaf: dict[int, int] = {}
-    for j, edge in enumerate(edges):
+    for j, edge in enumerate(edges if records else ()):
         if edge is None:
             continue
         obj, nr = edge
@@ -244,19 +283,24 @@ def attach(call: OpCall, states: list[tuple[OpTool, Any]], edges: list[tuple[Any
     expected: dict[int, int] = {}
     for node in created:
         slots = []
-        for i, (nf, nr) in enumerate(node.next_functions):
-            if nf is None or id(nf) in index:
-                continue
-            j = by_fn.get((id(nf), nr))
-            if j is None and by_leaf:
-                variable = getattr(nf, "variable", None)
-                if variable is not None:
-                    j = by_leaf.get(id(variable))
-            if j is not None:
-                slots.append((i, j))
-                expected[j] = expected.get(j, 0) + 1
+        if records:
+            for i, (nf, nr) in enumerate(node.next_functions):
+                if nf is None or id(nf) in index:
+                    continue
+                j = by_fn.get((id(nf), nr))
+                if j is None and by_leaf:
+                    variable = getattr(nf, "variable", None)
+                    if variable is not None:
+                        j = by_leaf.get(id(variable))
+                if j is not None:
+                    slots.append((i, j))
+                    expected[j] = expected.get(j, 0) + 1
         per_node.append((node, slots))
     rec = _Record(call, states, expected)
-    for node, slots in per_node:
-        node.register_hook(functools.partial(_on_node, rec, tuple(out_slots.get(id(node), ())), tuple(slots)))
+    for k, (node, slots) in enumerate(per_node):
+        if rec.timers:
+            node.register_prehook(functools.partial(_node_started, rec, k))
+            node.register_hook(functools.partial(_node_finished, rec, k))
+        if records:
+            node.register_hook(functools.partial(_on_node, rec, tuple(out_slots.get(id(node), ())), tuple(slots)))
     return len(created)

@@ -23,8 +23,8 @@ import torch
 from diopi import case_format as cf
 from op_tools import config
 from op_tools.case_writer import CaseWriter
-from op_tools.engine import OpCall, print_line
 from op_tools.host_buffers import HostBufferPool
+from op_tools.protocol import OpCall, Phase, print_line
 from op_tools.results import choose_run_dir, process_rank
 from op_tools.stats_table import StatsTable
 from op_tools.tensor_stats import device_stats
@@ -89,7 +89,7 @@ class OpCapture(OpTool):
 
     env_prefix = "OP_CAPTURE"
     steps_env = config.CAPTURE_STEPS_ENV
-    wants_backward = True
+    phases = Phase.BEFORE | Phase.AFTER | Phase.BACKWARD
     backward_needs = "data"
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,

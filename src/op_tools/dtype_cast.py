@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from op_tools import config
-from op_tools.engine import OpCall, map_tensors, print_line
-from op_tools.fallback import makes_view
-from op_tools.results import ResultTable, choose_run_dir
-from op_tools.tool import OpTool
+from op_tools.naming import QUIET_WRITERS
+from op_tools.protocol import OpCall, Phase, Ran
+from op_tools.results_tool import ResultsTool
+from op_tools.write_back import Substitution
 
 __all__ = ["DEFAULT_CAST", "OpDtypeCast", "parse_cast"]
 
@@ -71,7 +71,7 @@ def _promoted(tensors: list[torch.Tensor]) -> torch.dtype | None:
     return result
 
 
-class OpDtypeCast(OpTool):
+class OpDtypeCast(ResultsTool):
     """Run matched calls on the device with some floating dtypes widened.
 
     Keywords (environment variable in brackets): ``cast`` [``OP_DTYPE_CAST_DICT``], default
@@ -82,18 +82,17 @@ class OpDtypeCast(OpTool):
     """
 
     env_prefix = "OP_DTYPE_CAST"
-    executes = True
+    results_folder = "op_dtype_cast"
+    phases = Phase.BEFORE | Phase.EXECUTE
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None,
                  cast: str | dict[Any, Any] | None = None, results_dir: str | os.PathLike[str] | None = None,
                  run_id: str | None = None) -> None:
-        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
+                         run_id=run_id)
         self._explicit_cast = cast
         self.apply_config(self.config)
-        self.results_dir = results_dir
-        self.run_id = run_id
-        self.table: ResultTable | None = None
         self.casts = 0
 
     def read_config(self) -> config.DtypeCastConfig:
@@ -105,23 +104,15 @@ class OpDtypeCast(OpTool):
         else:
             self.cast = parse_cast(self._explicit_cast, f"cast= ({config.DTYPE_CAST_DICT_ENV} syntax)")
 
-    def on_start(self) -> None:
-        self.table = ResultTable(self.name, choose_run_dir("op_dtype_cast", self.results_dir, self.run_id))
-
-    def on_stop(self) -> None:
-        if self.table is not None:
-            self.table.close()
-            where = f"; rows in {self.table.run_dir}" if self.casts else ""
-            print_line(f"{self.name}: {self.casts} calls ran with cast dtypes{where}")
-
-    @property
-    def results(self) -> list[dict[str, Any]]:
-        """One row per cast call (read back from ``results.jsonl``)."""
-        return self.table.rows if self.table is not None else []
+    def summary_lines(self) -> list[str]:
+        if self.table is None:
+            return []
+        where = f"; rows in {self.table.run_dir}" if self.casts else ""
+        return [f"{self.name}: {self.casts} calls ran with cast dtypes{where}"]
 
     def before(self, call: OpCall) -> torch.dtype | None:
         """The dtype floating outputs go back to, or None to leave the call alone."""
-        if call.outputs or call.name.rsplit(".", 1)[-1] in _CONVERSIONS:
+        if call.ran is Ran.BEFORE_TOOLS or call.name.rsplit(".", 1)[-1] in _CONVERSIONS:
             return None
         if not any(t.device.type == self.device_type for t in call.inputs):
             return None
@@ -136,40 +127,21 @@ class OpDtypeCast(OpTool):
             return self._run(call, state, func, args, kwargs)
 
     def _run(self, call: OpCall, back: torch.dtype | None, func: Any, args: tuple, kwargs: dict) -> Any:
-        origin: dict[int, torch.Tensor] = {}  # id(cast copy) -> original
-        copies: dict[int, torch.Tensor] = {}
-
-        def widen(value: Any) -> Any:
-            if not isinstance(value, torch.Tensor) or value.dtype not in self.cast:
-                return value
-            copy = copies.get(id(value))
-            if copy is None:
-                copy = copies[id(value)] = value.to(self.cast[value.dtype])
-                origin[id(copy)] = value
-            return copy
-
-        cargs, ckwargs = map_tensors(args, widen), map_tensors(kwargs, widen)
-        used = list(copies.values())
-        versions = [t._version for t in used]
-        out = func(*cargs, **ckwargs)
-        if makes_view(out, origin):
+        sub = Substitution()
+        cargs, ckwargs = sub.swap(args, kwargs, lambda t: t.to(self.cast[t.dtype]) if t.dtype in self.cast else None)
+        out = sub.run(func, cargs, ckwargs, quiet=call.name in QUIET_WRITERS)  # running statistics
+        if sub.makes_view(out):
             return func(*args, **kwargs)  # a view of a cast copy: the original's view is wanted
-        for copy, version in zip(used, versions, strict=True):
-            if copy._version != version:
-                origin[id(copy)].copy_(copy)
+        sub.write_back()
         narrow = back if back in self.cast else None
 
-        def restore(value: Any) -> Any:
-            if not isinstance(value, torch.Tensor):
-                return value
-            if id(value) in origin:
-                return origin[id(value)]
+        def restore(value: torch.Tensor) -> torch.Tensor:
             if narrow is not None and value.dtype == self.cast[narrow]:
                 return value.to(narrow)
             return value
 
-        result = map_tensors(out, restore)
-        self._record(call, sorted({(str(origin[id(c)].dtype), str(c.dtype)) for c in used}))
+        result = sub.restore(out, restore)
+        self._record(call, sorted({(str(sub.origin[id(c)].dtype), str(c.dtype)) for c in sub.copies.values()}))
         return result
 
     def _record(self, call: OpCall, pairs: list[tuple[str, str]]) -> None:

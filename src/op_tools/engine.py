@@ -2,12 +2,14 @@
 
 One ``TorchFunctionMode`` is installed while any tool is active. It sees every call of the PyTorch API
 made by user code (``torch.*``, ``torch.Tensor`` methods, ``torch.nn.functional.*``; calls made inside
-those functions are not seen again). For each operator call (see :mod:`op_tools.naming`) the engine asks
-the active tools whether they act on it: by name (the tool's lists), by step, and by device (a tool acts
-on calls with a tensor on its device). Acting tools get ``before`` and ``after`` callbacks, and, when they
-want it, the call's backward: every autograd node the call created is hooked, and when the backward pass
-ends the tools get the gradient of each output and of each input, as the call's own subgraph computed
-them (see :mod:`op_tools.autograd_hooks`).
+those functions are not seen again). For each operator call (see :mod:`op_tools.naming`) the engine finds
+the tools acting on it: by name (the tools' lists) and step, resolved once per (op name, step) into a
+:class:`Plan`, then by device (a tool acts on calls with a tensor on its device). The acting tools take
+part in the phases they declare (:class:`~op_tools.protocol.Phase`): ``before``, ``execute``, ``after`` and
+the backward (every autograd node the call created is hooked once, through :mod:`op_tools.autograd_hooks`).
+
+Observation-only tools (no ``before``, no ``execute``) take a thin path: the call runs, its outputs are
+collected, and the tools' ``after`` runs once, inside one internal context.
 
 A tool that fails is reported once per op name and the user's result goes through unchanged. The
 engine's own tensor work runs with torch functions modes disabled, so it is never intercepted.
@@ -15,154 +17,73 @@ engine's own tensor work runs with torch functions modes disabled, so it is neve
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from op_tools import autograd_hooks
-from op_tools.callsite import call_site
-from op_tools.naming import QUIET_WRITERS, FunctionInfo, function_info
-from op_tools.steps import current_step
+from op_tools import autograd_hooks, steps
+from op_tools.naming import FunctionInfo, function_info
+from op_tools.protocol import OpCall, Phase, Ran, collect_tensors, internal, map_tensors, print_line, report_failure
 
-if TYPE_CHECKING:
-    from op_tools.tool import OpTool
+__all__ = ["OpCall", "Phase", "Plan", "Ran", "collect_tensors", "engine", "internal", "map_tensors", "print_line",
+           "run_call"]
 
-__all__ = ["OpCall", "collect_tensors", "engine", "internal", "map_tensors", "run_call"]
-
-
-class internal:  # noqa: N801 (used like a function: ``with internal():``)
-    """Context for the tools' own tensor work: nothing inside is intercepted, and no autograd graph is built."""
-
-    __slots__ = ("_disable", "_grad")
-
-    def __enter__(self) -> None:
-        self._disable = torch._C.DisableTorchFunction()
-        self._disable.__enter__()
-        self._grad = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-
-    def __exit__(self, *exc: object) -> None:
-        torch._C._set_grad_enabled(self._grad)
-        self._disable.__exit__(*exc)
-
-
-_ids = itertools.count(1)
 _sequence_nr = torch._C._autograd._get_sequence_nr
+_Tensor = torch.Tensor
+_NESTED = (list, tuple, dict, slice)
+_BACKWARD = Phase.BACKWARD | Phase.BACKWARD_NODES
 
 
-class OpCall:
-    """One intercepted call. ``args``/``kwargs``/``inputs``/``outputs`` are dropped when the call returns,
-    so a backward record never keeps tensors alive."""
+class Plan:
+    """The tools acting on one op name in one step, split by the phases they take part in."""
 
-    __slots__ = ("name", "info", "func", "args", "kwargs", "inputs", "outputs", "call_id", "step", "_site", "_frame",
-                 "backward_hooked")
+    __slots__ = ("tools", "device_type", "before", "executors", "backward", "observe_only", "thin_states",
+                 "after_tools")
 
-    def __init__(self, info: FunctionInfo, args: tuple, kwargs: dict, inputs: list[torch.Tensor],
-                 frame: FrameType | None = None) -> None:
-        self.name = info.name
-        self.info = info
-        self.func: Callable[..., Any] | None = None  # the function called (set by the engine)
-        self.args = args
-        self.kwargs = kwargs
-        self.inputs = inputs
-        self.outputs: list[torch.Tensor] = []
-        self.call_id = next(_ids)
-        self.step = current_step()
-        self._site: str | None = None
-        self._frame = frame
-        self.backward_hooked = False  # set before ``after``: will the backward pass report to the tools?
+    def __init__(self, tools: tuple[Any, ...]) -> None:
+        self.tools = tools
+        types = {t.device_type for t in tools}
+        self.device_type: str | None = types.pop() if len(types) == 1 else None  # None: tools of several devices
+        self.before = any(Phase.BEFORE in t.phases for t in tools)
+        self.executors = tuple(t for t in tools if Phase.EXECUTE in t.phases)
+        self.backward = any(t.phases & _BACKWARD for t in tools)
+        self.observe_only = not self.before and not self.executors
+        self.thin_states = [(t, None) for t in tools]  # every tool takes part, with no state
+        self.after_tools = tuple(t for t in reversed(tools) if Phase.AFTER in t.phases)  # innermost first
 
-    @property
-    def call_site(self) -> str:
-        """``file:line function: source`` of the user's line (valid while the call runs; then cached)."""
-        if self._site is None:
-            self._site = call_site(self._frame)
-        return self._site
-
-    @property
-    def inplace(self) -> bool:
-        """The call wrote into one of its inputs (by its name, an ``out=`` argument, or returning an input)."""
-        if self.info.inplace or self.kwargs.get("out") is not None:
-            return True
-        ids = {id(t) for t in self.inputs}
-        return any(id(t) in ids for t in self.outputs)
-
-    def may_write_inputs(self, *, out: bool = True) -> bool:
-        """Before the call: whether it may write into its inputs: an in-place name, normalization's running
-        statistics (:data:`~op_tools.naming.QUIET_WRITERS`), ``inplace=True`` and, with ``out``, ``out=``."""
-        kwargs = self.kwargs
-        return (self.info.inplace or self.name in QUIET_WRITERS
-                or (bool(kwargs) and (kwargs.get("inplace") is True or (out and kwargs.get("out") is not None))))
-
-    def release(self) -> None:
-        self.args, self.kwargs, self.inputs, self.outputs, self._frame = (), {}, [], [], None
+    def present(self, tensors: list[torch.Tensor]) -> Plan | None:
+        """This plan narrowed to the tools with a tensor in ``tensors`` on their device (None: no tool)."""
+        if self.device_type is not None:
+            device_type = self.device_type
+            for t in tensors:
+                if t.device.type == device_type:
+                    return self
+            return None
+        types = {t.device.type for t in tensors}
+        tools = tuple(tool for tool in self.tools if tool.device_type in types)
+        return Plan(tools) if tools else None
 
 
-def collect_tensors(value: Any, into: list[torch.Tensor], seen: set[int]) -> list[torch.Tensor]:
-    """Tensors in ``value`` (nested tuples, lists, dicts, slices), each object once, in encoding order."""
-    if isinstance(value, torch.Tensor):
-        if id(value) not in seen:
-            seen.add(id(value))
-            into.append(value)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            if isinstance(v, torch.Tensor):
-                if id(v) not in seen:
-                    seen.add(id(v))
-                    into.append(v)
-            elif isinstance(v, (list, tuple, dict, slice)):
-                collect_tensors(v, into, seen)
-    elif isinstance(value, dict):
-        for v in value.values():
-            collect_tensors(v, into, seen)
-    elif isinstance(value, slice):
-        collect_tensors((value.start, value.stop, value.step), into, seen)
-    return into
-
-
-def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
-    """``value`` with ``fn`` applied to every leaf in nested tuples (named or not, ``torch.return_types``),
-    lists, dicts and slices; containers are rebuilt only when a leaf changed."""
-    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        items = [map_tensors(v, fn) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        if isinstance(value, list):
-            return items
-        if hasattr(type(value), "n_fields"):  # torch.return_types structseq
-            return type(value)(items)
-        if hasattr(value, "_fields"):  # namedtuple
-            return type(value)(*items)
-        return tuple(items)
-    if isinstance(value, dict):
-        mapped = {k: map_tensors(v, fn) for k, v in value.items()}
-        return value if all(mapped[k] is value[k] for k in value) else mapped
-    if isinstance(value, slice):
-        parts = [map_tensors(p, fn) for p in (value.start, value.stop, value.step)]
-        return slice(*parts)
-    return fn(value)
-
-
-def _on_device(tensors: Iterable[torch.Tensor], device_type: str) -> bool:
-    return any(t.device.type == device_type for t in tensors)
+def _plan_of(tools: Iterable[Any], name: str) -> Plan | None:
+    acting = tuple(t for t in tools if t.acts_on(name))
+    return Plan(acting) if acting else None
 
 
 class _Engine:
-    """The active tools and the mode that feeds them."""
+    """The active tools, the mode that feeds them, and the plans resolved for the current step."""
 
     def __init__(self) -> None:
-        self.tools: list[OpTool] = []
+        self.tools: list[Any] = []
         self.mode: _InterceptMode | None = None
         self._lock = threading.Lock()
-        self.reported: set[tuple[str, str]] = set()
+        self._plans: dict[str, Plan | None] = {}
+        self._plans_step = 0
         # Tools belong to the process that started them: a forked child (a DataLoader worker) has no writer
         # threads and must not print or capture on their behalf.
         if hasattr(os, "register_at_fork"):
@@ -170,20 +91,39 @@ class _Engine:
 
     def _forget_tools(self) -> None:
         self.tools = []
+        self._plans = {}
         self._lock = threading.Lock()
 
-    def activate(self, tool: OpTool) -> None:
+    def plan(self, name: str) -> Plan | None:
+        """The tools acting on ``name`` in the current step (resolved once per name and step)."""
+        step = steps.current_step()
+        if step != self._plans_step:
+            self._plans = {}
+            self._plans_step = step
+        try:
+            return self._plans[name]
+        except KeyError:
+            plan = self._plans[name] = _plan_of(self.tools, name)
+            return plan
+
+    def invalidate(self) -> None:
+        """Forget the resolved plans (a tool started, stopped or read its settings again)."""
+        self._plans = {}
+
+    def activate(self, tool: Any) -> None:
         with self._lock:
             if tool in self.tools:
                 return
             self.tools = [*self.tools, tool]
+            self._plans = {}
             if self.mode is None:
                 self.mode = _InterceptMode()
                 self.mode.__enter__()
 
-    def deactivate(self, tool: OpTool) -> None:
+    def deactivate(self, tool: Any) -> None:
         with self._lock:
             self.tools = [t for t in self.tools if t is not tool]
+            self._plans = {}
             if not self.tools and self.mode is not None:
                 from torch.overrides import _get_current_function_mode_stack
 
@@ -193,14 +133,10 @@ class _Engine:
                     self.mode = None
                 # else: a mode entered after ours is still on top; ours stays, passing calls through.
 
-    def report(self, tool: OpTool, op: str, stage: str, exc: BaseException) -> None:
+    @staticmethod
+    def report(tool: Any, op: str, stage: str, exc: BaseException) -> None:
         """One warning per tool and op name for a tool's internal failure."""
-        key = (type(tool).__name__, op)
-        if key in self.reported:
-            return
-        self.reported.add(key)
-        warnings.warn(f"{type(tool).__name__} failed in {stage} of {op} ({type(exc).__name__}: {exc}); "
-                      f"the op's result is unchanged", RuntimeWarning, stacklevel=2)
+        report_failure(tool, op, stage, exc)
 
 
 engine = _Engine()
@@ -209,93 +145,167 @@ engine = _Engine()
 class _InterceptMode(TorchFunctionMode):
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None):
         kwargs = kwargs or {}
-        tools = engine.tools
-        if not tools:
+        if not engine.tools:
             return func(*args, **kwargs)
         info = function_info(func)
         if not info.is_op:
             return func(*args, **kwargs)
-        return run_call(tools, info, func, args, kwargs, sys._getframe(1))
+        plan = engine.plan(info.name)
+        if plan is None:
+            if _profiling():  # the range is there whichever tools act (OpProfilerRanges acts on none)
+                with _record_function(info.name):
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
+        return _run(plan, info, func, args, kwargs, sys._getframe(1))
 
 
 _profiling = torch._C._autograd._profiler_enabled  # a C flag read (~30 ns): the check on every op's path
 _record_function = torch.profiler.record_function
 
 
-def run_call(tools: list[OpTool], info: FunctionInfo, func: Callable[..., Any], args: tuple, kwargs: dict,
-             frame: FrameType | None = None, *, ranged: bool = False) -> Any:
-    """Run ``func`` with the tools in ``tools`` that act on it; ``frame`` is where it was called from.
+def run_call(tools: list[Any], info: FunctionInfo, func: Callable[..., Any], args: tuple, kwargs: dict,
+             frame: FrameType | None = None) -> Any:
+    """Run ``func`` with the tools in ``tools`` that act on it now; ``frame`` is where it was called from
+    (for callers outside the mode: :func:`op_tools.apply_feature`'s patched functions, collectives)."""
+    plan = _plan_of(tools, info.name)
+    if plan is None:
+        return func(*args, **kwargs)
+    return _run(plan, info, func, args, kwargs, frame)
 
-    While ``torch.profiler`` records, the whole call (the op and the tools' work on it) is a range named
+
+def _run(plan: Plan, info: FunctionInfo, func: Callable[..., Any], args: tuple, kwargs: dict,
+         frame: FrameType | None, ranged: bool = False) -> Any:
+    """While ``torch.profiler`` records, the whole call (the op and the tools' work on it) is a range named
     after the op (``torch.nn.functional.linear``) in the trace, whichever tools act on it."""
     if not ranged and _profiling():
         with _record_function(info.name):
-            return run_call(tools, info, func, args, kwargs, frame, ranged=True)
-    acting = [t for t in tools if t.acts_on(info.name)]
-    if not acting:
-        return func(*args, **kwargs)
-    inputs = collect_tensors((args, kwargs), [], set())
-    present = [t for t in acting if _on_device(inputs, t.device_type)]
-    if not present:
-        if info.inplace:
-            return func(*args, **kwargs)
-        # A call without tensors on the device may still make one (factories, .to(device)).
-        seq0 = _sequence_nr()
-        out = func(*args, **kwargs)
-        seq1 = _sequence_nr()
-        outputs = collect_tensors(out, [], set())
-        present = [t for t in acting if _on_device(outputs, t.device_type)]
-        if not present:
-            return out
-        call = OpCall(info, args, kwargs, inputs, frame)
-        call.func = func
-        call.outputs = outputs
-        _finish(_before(present, call), call, out, None, seq0, seq1)
-        return out
-    call = OpCall(info, args, kwargs, inputs, frame)
-    call.func = func
+            return _run(plan, info, func, args, kwargs, frame, ranged=True)
+    inputs = _input_tensors(args, kwargs)
+    present = plan.present(inputs)
+    if present is None:
+        return _run_before_tools(plan, info, func, args, kwargs, inputs, frame)
+    call = OpCall(info, args, kwargs, inputs, frame, func)
+    if present.observe_only:
+        return _observe(present, call, func, args, kwargs)
     states = _before(present, call)
     edges = None
-    if any(t.wants_backward for t, _ in states) and torch.is_grad_enabled():
+    if present.backward and torch.is_grad_enabled():
         edges = autograd_hooks.input_edges(inputs)
     seq0 = _sequence_nr()
     out = _execute(states, call, func, args, kwargs)
     seq1 = _sequence_nr()
-    call.outputs = collect_tensors(out, [], set())
-    _finish(states, call, out, edges, seq0, seq1)
+    call.outputs = _output_tensors(out)
+    _finish(states, present, call, out, edges, seq0, seq1)
     return out
 
 
-def _execute(states: list[tuple[OpTool, Any]], call: OpCall, func: Callable[..., Any], args: tuple,
-             kwargs: dict) -> Any:
-    """Run the call: the innermost acting tool that replaces execution (fallback, dtype cast) runs it, else
-    ``func`` runs. A tool that fails before producing a result is reported and ``func`` runs as usual."""
-    for tool, state in reversed(states):
-        if tool.executes and state is not None:
+def _input_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors of a call's arguments (:func:`collect_tensors`), with a fast path for flat arguments."""
+    found: list[torch.Tensor] = []
+    for value in (args, kwargs.values()) if kwargs else (args,):
+        for v in value:
+            if isinstance(v, _Tensor):
+                for t in found:
+                    if t is v:
+                        break
+                else:
+                    found.append(v)
+            elif isinstance(v, _NESTED):
+                return collect_tensors((args, kwargs), [], set())
+    return found
+
+
+def _output_tensors(out: Any) -> list[torch.Tensor]:
+    return [out] if isinstance(out, _Tensor) else collect_tensors(out, [], set())
+
+
+def _observe(plan: Plan, call: OpCall, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """The thin path of observation-only tools: run the call, then hook its backward and call ``after``."""
+    if plan.backward:
+        edges = autograd_hooks.input_edges(call.inputs) if torch.is_grad_enabled() else None
+        seq0 = _sequence_nr()
+        out = func(*args, **kwargs)
+        seq1 = _sequence_nr()
+        call.ran = Ran.NORMALLY
+        call.outputs = _output_tensors(out)
+        _finish(plan.thin_states, plan, call, out, edges, seq0, seq1)
+        return out
+    out = func(*args, **kwargs)
+    call.ran = Ran.NORMALLY
+    call.outputs = _output_tensors(out)
+    with internal():
+        for tool in plan.after_tools:
             try:
-                return tool.execute(call, state, func, args, kwargs)
+                tool.after(call, None, out)
             except Exception as exc:
-                engine.report(tool, call.name, "running the call", exc)
-            break
-    return func(*args, **kwargs)
+                report_failure(tool, call.name, "after the call", exc)
+    call.release()
+    return out
 
 
-def _before(tools: list[OpTool], call: OpCall) -> list[tuple[OpTool, Any]]:
+def _run_before_tools(plan: Plan, info: FunctionInfo, func: Callable[..., Any], args: tuple, kwargs: dict,
+                      inputs: list[torch.Tensor], frame: FrameType | None) -> Any:
+    """A call without tensors on the tools' devices: it runs first, and the tools see it only if it made a
+    device tensor (factories, ``x.to(device)``), with :attr:`OpCall.ran` saying so."""
+    if info.inplace:
+        return func(*args, **kwargs)
+    seq0 = _sequence_nr()
+    out = func(*args, **kwargs)
+    seq1 = _sequence_nr()
+    outputs = _output_tensors(out)
+    present = plan.present(outputs)
+    if present is None:
+        return out
+    call = OpCall(info, args, kwargs, inputs, frame, func)
+    call.ran = Ran.BEFORE_TOOLS
+    call.outputs = outputs
+    states = _before(present, call) if not present.observe_only else present.thin_states
+    _finish(states, present, call, out, None, seq0, seq1)
+    return out
+
+
+def _before(plan: Plan, call: OpCall) -> list[tuple[Any, Any]]:
+    """The tools taking part in the call, each with its state: a tool with ``before`` that returns None sits
+    the call out; a tool without ``before`` takes part with state None."""
     states = []
     with internal():
-        for tool in tools:
+        for tool in plan.tools:
+            if Phase.BEFORE not in tool.phases:
+                states.append((tool, None))
+                continue
             try:
-                states.append((tool, tool.before(call)))
+                state = tool.before(call)
             except Exception as exc:
-                engine.report(tool, call.name, "before the call", exc)
+                report_failure(tool, call.name, "before the call", exc)
+                continue
+            if state is not None:
+                states.append((tool, state))
     return states
 
 
-def _finish(states: list[tuple[OpTool, Any]], call: OpCall, out: Any, edges: Any, seq0: int, seq1: int) -> None:
-    """Hook the call's backward (if a tool wants it and the call built graph nodes), then ``after``."""
+def _execute(states: list[tuple[Any, Any]], call: OpCall, func: Callable[..., Any], args: tuple,
+             kwargs: dict) -> Any:
+    """Run the call: the innermost taking part tool that runs calls itself (fallback, dtype cast) runs it, else
+    ``func`` runs. A tool that fails before producing a result is reported and ``func`` runs as usual."""
+    for tool, state in reversed(states):
+        if Phase.EXECUTE in tool.phases:
+            try:
+                out = tool.execute(call, state, func, args, kwargs)
+            except Exception as exc:
+                report_failure(tool, call.name, "running the call", exc)
+                break
+            call.ran = Ran.BY_TOOL
+            return out
+    call.ran = Ran.NORMALLY
+    return func(*args, **kwargs)
+
+
+def _finish(states: list[tuple[Any, Any]], plan: Plan, call: OpCall, out: Any, edges: Any, seq0: int,
+            seq1: int) -> None:
+    """Hook the call's backward (if a taking part tool wants it and the call built graph nodes), then ``after``."""
     with internal():
-        if seq1 != seq0:
-            wanting = [(t, s) for t, s in states if t.wants_backward and s is not None]
+        if seq1 != seq0 and plan.backward:
+            wanting = [(t, s) for t, s in states if t.phases & _BACKWARD]
             if wanting:
                 try:
                     if edges is None:
@@ -303,15 +313,11 @@ def _finish(states: list[tuple[OpTool, Any]], call: OpCall, out: Any, edges: Any
                     call.backward_hooked = autograd_hooks.attach(call, wanting, edges, seq0, seq1) > 0
                 except Exception as exc:
                     for tool, _ in wanting:
-                        engine.report(tool, call.name, "hooking the backward", exc)
+                        report_failure(tool, call.name, "hooking the backward", exc)
         for tool, state in reversed(states):
-            try:
-                tool.after(call, state, out)
-            except Exception as exc:
-                engine.report(tool, call.name, "after the call", exc)
+            if Phase.AFTER in tool.phases:
+                try:
+                    tool.after(call, state, out)
+                except Exception as exc:
+                    report_failure(tool, call.name, "after the call", exc)
     call.release()
-
-
-def print_line(text: str) -> None:
-    """Console output of the tools (stderr, so a program's own output stays clean)."""
-    print(text, file=sys.stderr, flush=True)

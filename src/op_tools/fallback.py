@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from op_tools import config
-from op_tools.engine import OpCall, collect_tensors, map_tensors, print_line
 from op_tools.naming import QUIET_WRITERS
-from op_tools.results import ResultTable, choose_run_dir
-from op_tools.tool import OpTool
+from op_tools.protocol import OpCall, Phase, Ran, map_tensors
+from op_tools.results_tool import ResultsTool
+from op_tools.write_back import Substitution, cpu_copy, makes_view
 
 __all__ = ["HALF_DTYPES", "OpFallback", "cpu_copy", "makes_view", "map_tensors"]
 
@@ -29,32 +29,6 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 _RUN_IN_PLACE = frozenset({"detach", "detach_", "set_", "resize_", "resize_as_", "as_strided_", "record_stream",
                            "pin_memory", "share_memory_"})
 _LEAVE_DEVICE = frozenset({"torch.Tensor.cpu", "torch.Tensor.cuda", "torch.Tensor.numpy"})
-
-
-def makes_view(out: Any, origin: dict[int, torch.Tensor], cpu_copies: list[torch.Tensor] = ()) -> bool:
-    """Whether an output of a call on copies (``origin`` maps their ids) is a view of a copy, or shares
-    storage with one of ``cpu_copies``: the call made a view (or an alias, like ``detach``)."""
-    storages = {p for t in cpu_copies if (p := t.untyped_storage().data_ptr()) != 0}
-    for t in collect_tensors(out, [], set()):
-        if id(t) in origin:
-            continue
-        if t._base is not None and id(t._base) in origin:
-            return True
-        if storages and t.device.type == "cpu" and t.untyped_storage().data_ptr() in storages:
-            return True
-    return False
-
-
-def cpu_copy(t: torch.Tensor) -> torch.Tensor:
-    """A differentiable CPU copy of ``t`` with its strides (a view's copy is as non-contiguous as the view,
-    so ``contiguous()`` and friends decide as on the device); tensors with overlapping elements (``expand``)
-    are copied contiguously."""
-    if torch._debug_has_internal_overlap(t) != 1:  # 0: no overlap, 2: cannot tell (a non-dense view)
-        try:
-            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu").copy_(t)
-        except RuntimeError:  # the strides do overlap
-            pass
-    return t.to("cpu")
 
 
 def _as_device(value: Any) -> torch.device | None:
@@ -93,7 +67,7 @@ class _RandomFromDevice:
             torch.set_rng_state(self.saved)
 
 
-class OpFallback(OpTool):
+class OpFallback(ResultsTool):
     """Run matched calls on the device on the CPU instead.
 
     Keywords (environment variable in brackets): ``ops``/``disable_ops`` [``OP_FALLBACK_LIST`` /
@@ -104,17 +78,16 @@ class OpFallback(OpTool):
     """
 
     env_prefix = "OP_FALLBACK"
-    executes = True
+    results_folder = "op_fallback"
+    phases = Phase.BEFORE | Phase.EXECUTE
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None, retry_float32: bool | None = None,
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
-        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
+                         run_id=run_id)
         self._explicit_retry_float32 = retry_float32
         self.apply_config(self.config)
-        self.results_dir = results_dir
-        self.run_id = run_id
-        self.table: ResultTable | None = None
         self.fallen_back = 0
         self.in_float32 = 0
 
@@ -124,26 +97,17 @@ class OpFallback(OpTool):
     def apply_config(self, cfg: config.FallbackConfig) -> None:
         self.retry_float32 = cfg.retry_float32 if self._explicit_retry_float32 is None else self._explicit_retry_float32
 
-    def on_start(self) -> None:
-        self.table = ResultTable(self.name, choose_run_dir("op_fallback", self.results_dir, self.run_id))
-
-    def on_stop(self) -> None:
-        if self.table is not None:
-            self.table.close()
-            where = f"; rows in {self.table.run_dir}" if self.fallen_back else ""
-            print_line(f"{self.name}: {self.fallen_back} calls ran on the CPU "
-                       f"({self.in_float32} of them in float32){where}")
-
-    @property
-    def results(self) -> list[dict[str, Any]]:
-        """One row per call that ran on the CPU (read back from ``results.jsonl``)."""
-        return self.table.rows if self.table is not None else []
+    def summary_lines(self) -> list[str]:
+        if self.table is None:
+            return []
+        where = f"; rows in {self.table.run_dir}" if self.fallen_back else ""
+        return [f"{self.name}: {self.fallen_back} calls ran on the CPU ({self.in_float32} of them in float32){where}"]
 
     # -- deciding --------------------------------------------------------------------------------------
     def before(self, call: OpCall) -> torch.device | None:
         """The device new results go to, or None to leave the call alone."""
         device = next((t.device for t in call.inputs if t.device.type == self.device_type), None)
-        if device is None or call.outputs or call.name in _LEAVE_DEVICE:
+        if device is None or call.ran is Ran.BEFORE_TOOLS or call.name in _LEAVE_DEVICE:
             return None  # the call made its first device tensor (a factory, x.to(device)): it already ran
         if call.name.rsplit(".", 1)[-1] in _RUN_IN_PLACE:
             return None
@@ -169,15 +133,11 @@ class OpFallback(OpTool):
         with torch._C.DisableTorchFunction():  # our own calls are never intercepted (apply_feature too)
             return self._run(call, state, func, args, kwargs)
 
-    def _to_cpu(self, value: Any, origin: dict[int, torch.Tensor], copies: dict[int, torch.Tensor]) -> Any:
+    def _to_cpu(self, value: Any, sub: Substitution) -> Any:
         if isinstance(value, torch.Tensor):
             if value.device.type != self.device_type:
                 return value
-            copy = copies.get(id(value))
-            if copy is None:
-                copy = copies[id(value)] = cpu_copy(value)
-                origin[id(copy)] = value
-            return copy
+            return sub.substitute(value, cpu_copy)
         if isinstance(value, torch.device) and value.type == self.device_type:
             return torch.device("cpu")
         if isinstance(value, torch.Generator) and value.device.type == self.device_type:
@@ -193,70 +153,57 @@ class OpFallback(OpTool):
         return value
 
     def _run(self, call: OpCall, target: torch.device, func: Any, args: tuple, kwargs: dict) -> Any:
-        origin: dict[int, torch.Tensor] = {}  # id(cpu copy) -> device tensor
-        copies: dict[int, torch.Tensor] = {}  # id(device tensor) -> cpu copy
-        cargs = map_tensors(args, lambda v: self._to_cpu(v, origin, copies))
-        ckwargs = map_tensors(kwargs, lambda v: self._to_cpu(v, origin, copies))
+        sub = Substitution()
+        cargs = map_tensors(args, lambda v: self._to_cpu(v, sub))
+        ckwargs = map_tensors(kwargs, lambda v: self._to_cpu(v, sub))
         if call.name == "torch.Tensor.to" and len(args) > 1 and isinstance(args[1], (str, int)):
             cargs = (cargs[0], self._cpu_device(args[1]), *cargs[2:])
         if isinstance(kwargs.get("device"), (str, int)):
             ckwargs = {**ckwargs, "device": self._cpu_device(kwargs["device"])}
         message, back_dtype = "ran on cpu", None
         try:
-            out, written = self._run_cpu(call, target, func, cargs, ckwargs, origin)
+            out = self._run_cpu(call, target, func, cargs, ckwargs, sub)
         except Exception:
-            halves = [c for c in copies.values() if c.dtype in HALF_DTYPES]
+            halves = [c for c in sub.copies.values() if c.dtype in HALF_DTYPES]
             if not (self.retry_float32 and halves):
                 raise
             back_dtype = halves[0].dtype
-            widened = {id(c): c.to(torch.float32) for c in halves}
-            for c in halves:
-                origin[id(widened[id(c)])] = origin[id(c)]
-            widen = lambda v: widened.get(id(v), v) if isinstance(v, torch.Tensor) else v  # noqa: E731
-            cargs, ckwargs = map_tensors(cargs, widen), map_tensors(ckwargs, widen)
-            out, written = self._run_cpu(call, target, func, cargs, ckwargs, origin)
+            cargs, ckwargs = sub.recopy(cargs, ckwargs,
+                                        lambda c: c.to(torch.float32) if c.dtype in HALF_DTYPES else None)
+            out = self._run_cpu(call, target, func, cargs, ckwargs, sub)
             message = "ran on cpu in float32"
         if out is _ON_DEVICE:
             return func(*args, **kwargs)
-        for copy in written:
-            origin[id(copy)].copy_(copy)
+        sub.write_back()
         cpu_inputs = {id(t) for t in call.inputs if t.device.type != self.device_type}
 
-        def back(value: Any) -> Any:
-            if not isinstance(value, torch.Tensor):
-                return value
-            if id(value) in origin:
-                return origin[id(value)]
+        def back(value: torch.Tensor) -> torch.Tensor:
             if value.device.type != "cpu" or id(value) in cpu_inputs:
                 return value
             if back_dtype is not None and value.dtype == torch.float32:
                 value = value.to(back_dtype)
             return value.to(target)
 
-        result = map_tensors(out, back)
+        result = sub.restore(out, back)
         self._record(call, message)
         return result
 
     def _run_cpu(self, call: OpCall, target: torch.device, func: Any, cargs: tuple, ckwargs: dict,
-                 origin: dict[int, torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:
-        """Run on the CPU copies: the output and the copies it wrote, or ``_ON_DEVICE`` when the call only
-        made a view or changed a tensor's metadata."""
-        used = [t for t in collect_tensors((cargs, ckwargs), [], set()) if id(t) in origin]
-        versions = [t._version for t in used]
-        quiet = call.name in QUIET_WRITERS
-        before = {id(t): t.clone() for t in used if not t.requires_grad} if quiet else {}
-        if call.info.random:
-            with _RandomFromDevice(target):
-                out = func(*cargs, **ckwargs)
-        else:
-            out = func(*cargs, **ckwargs)
-        written = [t for t, v in zip(used, versions, strict=True)
-                   if t._version != v or (id(t) in before and not torch.equal(t, before[id(t)]))]
-        if any(t.shape != origin[id(t)].shape for t in written):
-            return _ON_DEVICE, []
-        if makes_view(out, origin, used):
-            return _ON_DEVICE, []
-        return out, written
+                 sub: Substitution) -> Any:
+        """Run on the CPU copies: the output (``sub.written``: the copies it wrote), or ``_ON_DEVICE`` when
+        the call only made a view or changed a tensor's metadata."""
+        def on_cpu(*a: Any, **k: Any) -> Any:
+            if call.info.random:
+                with _RandomFromDevice(target):
+                    return func(*a, **k)
+            return func(*a, **k)
+
+        out = sub.run(on_cpu, cargs, ckwargs, quiet=call.name in QUIET_WRITERS)
+        if sub.resized():
+            return _ON_DEVICE
+        if sub.makes_view(out, shared_storage=True):
+            return _ON_DEVICE
+        return out
 
     def _record(self, call: OpCall, message: str) -> None:
         self.fallen_back += 1

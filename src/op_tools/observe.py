@@ -14,7 +14,7 @@ import torch
 
 from op_tools import config
 from op_tools.autograd_hooks import GradMeta
-from op_tools.engine import OpCall
+from op_tools.protocol import OpCall, Phase
 from op_tools.tool import OpTool
 
 __all__ = ["OpObserve", "describe_tensor"]
@@ -71,7 +71,7 @@ class OpObserve(OpTool):
     """
 
     env_prefix = "OP_OBSERVE"
-    wants_backward = True
+    phases = Phase.AFTER | Phase.BACKWARD  # observation only: the engine's thin path
     backward_needs = "meta"
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
@@ -81,7 +81,8 @@ class OpObserve(OpTool):
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
         self._explicit_file, self._explicit_verbose = file, verbose
         self.apply_config(self.config)
-        self.wants_backward = backward
+        if not backward:
+            self.phases = Phase.AFTER
         self.observed = 0
         self.backward_observed = 0
         self.lines = 0
@@ -114,9 +115,6 @@ class OpObserve(OpTool):
             self._out.write(text + "\n")
         else:
             print(text, file=sys.stderr, flush=True)
-
-    def before(self, call: OpCall) -> bool:
-        return True
 
     def after(self, call: OpCall, state: Any, output: Any) -> None:
         self.observed += 1

@@ -14,7 +14,8 @@ buffers are not inputs. In backward the same rule holds for each input gradient,
 gradients (and non-finite values of its forward) as the sources.
 
 Each flagged tensor is a ``FAIL`` row of ``<results>/op_overflow_check/<run>/rank<r>/results.jsonl``
-(and ``.csv``); each flagged call prints one line; :meth:`OpOverflowCheck.stop` names the first producer.
+(and ``.csv``); the console gets one line per (op name, step) with the number of FAIL rows and the call with
+the most NaN and Inf (:mod:`op_tools.console`); :meth:`OpOverflowCheck.stop` names the first producer.
 """
 
 from __future__ import annotations
@@ -22,16 +23,15 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from op_tools import config
-from op_tools.engine import OpCall, collect_tensors, print_line
-from op_tools.results import ResultTable, choose_run_dir
+from op_tools.console import StepLines
+from op_tools.protocol import OpCall, Phase, collect_tensors
+from op_tools.results_tool import ResultsTool
 from op_tools.tensor_stats import device_stats, tensor_stats
-from op_tools.tool import OpTool
 
 __all__ = ["OpOverflowCheck"]
 
@@ -95,7 +95,7 @@ def _number(value: float | None) -> str:
     return "none" if value is None else f"{value:.6g}"
 
 
-class OpOverflowCheck(OpTool):
+class OpOverflowCheck(ResultsTool):
     """Flag the calls whose outputs (forward) or input gradients (backward) have NaN or Inf their inputs
     (output gradients) do not explain.
 
@@ -108,18 +108,18 @@ class OpOverflowCheck(OpTool):
 
     env_prefix = "OP_OVERFLOW_CHECK"
     steps_env = config.OVERFLOW_CHECK_STEPS_ENV
-    wants_backward = True
+    results_folder = "op_overflow_check"
+    phases = Phase.BEFORE | Phase.AFTER | Phase.BACKWARD
     backward_needs = "finite"  # zero counts from one sum per gradient; statistics only for non-finite ones
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None, backward: bool = True,
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
-        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        self.wants_backward = backward
-        self.results_dir = results_dir
-        self.run_id = run_id
-        self.run_dir: Path | None = None
-        self.table: ResultTable | None = None
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
+                         run_id=run_id)
+        if not backward:
+            self.phases = Phase.BEFORE | Phase.AFTER
+        self.lines = StepLines(self.name)  # one console line per (op name, step)
         self.checked = 0
         self.checked_backward = 0
         self.flagged = 0
@@ -132,20 +132,12 @@ class OpOverflowCheck(OpTool):
     def read_config(self) -> config.OverflowCheckConfig:
         return config.overflow_check_config()
 
-    def on_start(self) -> None:
-        if self.run_dir is None:
-            self.run_dir = choose_run_dir("op_overflow_check", self.results_dir, self.run_id)
-            self.table = ResultTable(self.name, self.run_dir)
-
     def on_stop(self) -> None:
-        if self.table is not None:
-            self.table.close()
-        print_line(self.summary())
+        self.lines.flush()
+        super().on_stop()
 
-    @property
-    def results(self) -> list[dict[str, Any]]:
-        """Every row written so far (one per flagged tensor)."""
-        return self.table.rows if self.table is not None else []
+    def summary_lines(self) -> list[str]:
+        return [self.summary()]
 
     def summary(self) -> str:
         """The first producer, then the counts and the flagged ops."""
@@ -170,6 +162,8 @@ class OpOverflowCheck(OpTool):
         return {id(t) for t in collect_tensors(out, [], set())} if out is not None else set()
 
     def before(self, call: OpCall) -> _State:
+        if self.lines.pending:
+            self.lines.poll(call.step)
         state = _State()
         if self._may_write_inputs(call):  # their values before the call are gone after it
             skip = self._out_ids(call)
@@ -248,14 +242,16 @@ class OpOverflowCheck(OpTool):
     # -- results ---------------------------------------------------------------------------------------
     def _judge(self, call: OpCall, phase: str, found: list[tuple[str, str, list[int], dict[str, Any]]],
                src_nan: bool, src_inf: bool, site: str) -> bool:
-        """Write a row per produced non-finite tensor and a line for the call; whether any was."""
+        """Write a row per produced non-finite tensor and note the call for its console line; whether any was."""
         parts = []
+        worst = 0
         for index, dtype, shape, s in found:
             nan, inf = s["nan"], s["inf"]
             if not ((nan and not (src_nan or src_inf)) or (inf and not src_inf)):
                 continue
             message = f"{nan} NaN, {inf} Inf; finite min {_number(s['min'])}, max {_number(s['max'])}"
             parts.append(f"{index}: {nan} NaN, {inf} Inf")
+            worst += nan + inf
             if self.table is not None:
                 self.table.add({"id": call.call_id, "name": call.name, "phase": phase, "verdict": "FAIL",
                                 "index": index, "step": call.step, "dtype": dtype, "shape": shape,
@@ -267,9 +263,9 @@ class OpOverflowCheck(OpTool):
             reason = "inputs have NaN but no Inf" if src_nan else "inputs finite"
         else:
             reason = "no Inf in grad_outputs or the forward" if src_nan else "grad_outputs finite"
-        line = f"{self.name}: {call.name} #{call.call_id} {phase} {'; '.join(parts)} ({reason}) at {site}"
-        print_line(line)
+        detail = f"#{call.call_id} {phase} {'; '.join(parts)} ({reason}) at {site}"
+        self.lines.add(call.step, call.name, len(parts), worst, detail)
         if self.first is None:
-            self.first = line
+            self.first = f"{self.name}: {call.name} {detail}"
         self.by_op[(call.name, phase)] += 1
         return True

@@ -9,6 +9,7 @@ it only keeps the engine installed, so those ranges appear when no other tool is
 
 from __future__ import annotations
 
+from op_tools.protocol import Phase
 from op_tools.tool import OpTool
 
 __all__ = ["OpProfilerRanges"]
@@ -25,6 +26,7 @@ class OpProfilerRanges(OpTool):
     """
 
     env_prefix = "OP_PROFILER_RANGES"
+    phases = Phase.NONE
 
     def acts_on(self, name: str) -> bool:
         return False

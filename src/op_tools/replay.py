@@ -6,7 +6,8 @@ in-place ops always start from the captured inputs), the op runs forward and, wi
 gradients, backward; the results are compared with the captured ones by :mod:`diopi.compare` and checked
 for bitwise equality. With ``acc_check`` the same inputs also run on the CPU (and in float64) and the
 device result is judged against that reference instead. A case that cannot be read or run is reported
-with the file at fault; the others go on.
+with the file at fault; the others go on. Captures of upstream op_tools (``input.pth``/``output.pth``
+folders) are found and replayed too: :mod:`op_tools.upstream_capture` turns each into a case in memory.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs
+from op_tools import upstream_capture
 from op_tools.naming import is_uninitialized_name, resolve_function
 
 __all__ = ["CaseResult", "ReplayOptions", "find_cases", "replay_case", "replay_dir", "run_stats"]
@@ -83,20 +85,23 @@ def _mean(values: list[float]) -> float | None:
 
 
 def find_cases(root: str | Path) -> list[Path]:
-    """Case directories (holding ``case.json``) under ``root``, or ``root`` itself, in a stable order."""
+    """Case directories (holding ``case.json``) and upstream capture folders (holding ``input.pth`` or
+    ``output.pth``) under ``root``, or ``root`` itself, in a stable order."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such file or directory")
     if root.is_file():
         root = root.parent
-    if (root / cf.CASE_FILE).is_file():
+    if (root / cf.CASE_FILE).is_file() or upstream_capture.is_capture_dir(root):
         return [root]
 
     def key(p: Path) -> tuple:
         return tuple(int(part) if part.isdigit() else math.inf for part in p.relative_to(root).parts[-1:]) + (
             str(p),)
 
-    return sorted((p.parent for p in root.rglob(cf.CASE_FILE)), key=key)
+    found = {p.parent for p in root.rglob(cf.CASE_FILE)}
+    found.update(upstream_capture.find_captures(root))
+    return sorted(found, key=key)
 
 
 def _device_available(device: str) -> bool:
@@ -256,8 +261,14 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
     """Replay one case directory; never raises for a bad case (the result says what went wrong)."""
     options = options or ReplayOptions()
     result = CaseResult(str(path))
+    note = ""  # what the import of an upstream capture could not carry over
     try:
-        case = cf.load_case(path)
+        if not (Path(path) / cf.CASE_FILE).is_file() and upstream_capture.is_capture_dir(path):
+            result.op = upstream_capture.op_name_from_path(path) or result.op
+            imported = upstream_capture.load_capture(path, options.allow_modules)
+            case, note = imported.case, imported.note
+        else:
+            case = cf.load_case(path)
     except cf.CaseFormatError as exc:
         result.message = str(exc)
         return result
@@ -303,6 +314,8 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
     except Exception as exc:
         result.status = "ERROR"
         result.message = f"comparing the results of {case.op} failed ({type(exc).__name__}: {exc})"
+    if note:
+        result.message = f"{result.message}; {note}" if result.message else note
     return result
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from op_tools import config
-from op_tools.engine import print_line
+from op_tools.protocol import print_line
 
 __all__ = ["COLUMNS", "VERDICTS", "ResultTable", "choose_run_dir", "process_rank", "read_rows"]
 

@@ -3,6 +3,9 @@
 Prints a progress bar while it works and a summary table at the end; writes ``results.jsonl`` and
 ``results.csv`` under ``<results>/op_replay/<run>/``. Exits 1 if any case failed or could not be
 replayed, 2 on bad arguments or when DIR holds no case.
+
+``ditorch replay`` sets up the vendor's device first (it imports ditorch); ``python -m
+op_tools.run_op_from_data`` does not, and imports torch_dipu only for ``--device dipu``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
+from diopi import case_format as cf
 from diopi.env import parse_flag
 from op_tools import config
-from op_tools.replay import CaseResult, ReplayOptions, find_cases, replay_case, run_stats
+from op_tools.replay import CaseResult, ReplayOptions, _device_available, find_cases, replay_case, run_stats
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -189,15 +195,58 @@ def run(args: argparse.Namespace) -> int:
     return 1 if counts["FAIL"] or counts["ERROR"] else 0
 
 
+def _set_up_device(device: str | None) -> str | None:
+    """Make ``--device`` usable in this process; a message saying why it is not, else None.
+
+    This command sets up no vendor adapter (``ditorch replay`` does, by importing ditorch). It imports
+    torch_dipu, which registers the dipu device, only when asked to replay on dipu.
+    """
+    if device is None:
+        return None
+    if device.partition(":")[0] == "dipu":
+        import torch_dipu  # noqa: F401  (registers the dipu device)
+    try:
+        torch.device(device)
+    except RuntimeError:
+        return (f"replay: PyTorch knows no device {device!r} in this process; `ditorch replay` sets up the "
+                "vendor's device (or pass --device dipu, or --device cpu)")
+    return None
+
+
+def _unavailable_captured_device(root: Path) -> str | None:
+    """The device a case under ``root`` was captured on when this process lacks it (unreadable cases are
+    left to the replay, which reports them)."""
+    try:
+        cases = find_cases(root)
+    except FileNotFoundError:
+        return None
+    for path in cases:
+        try:
+            device = str(json.loads((path / cf.CASE_FILE).read_text(encoding="utf-8")).get("device", "cpu"))
+        except Exception:
+            continue
+        if not _device_available(device):
+            return device
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m op_tools.run_op_from_data",
-                                     description="Replay captured op cases on a device and compare the results.")
+                                     description="Replay captured op cases on a device and compare the results. "
+                                                 "Sets up no vendor device: use `ditorch replay` for that, or "
+                                                 "--device dipu.")
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        import ditorch  # noqa: F401  (a command line: make the vendor device usable, as `ditorch replay` does)
-    except Exception as exc:  # replay on the CPU still works without an adapter
-        print(f"replay: ditorch could not be imported ({exc}); replaying without it", file=sys.stderr)
+    problem = _set_up_device(args.device)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    if args.device is None:
+        missing = _unavailable_captured_device(Path(args.path))
+        if missing:
+            print(f"replay: cases were captured on {missing}, which this process does not have; replaying on the "
+                  f"best available device instead. Pass --device {missing.partition(':')[0]}, or use "
+                  "`ditorch replay`, which sets up the vendor's device.", file=sys.stderr)
     return run(args)
 
 

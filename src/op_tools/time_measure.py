@@ -8,10 +8,11 @@ Two modes (``mode=`` or ``OP_TIME_MEASURE_MODE``):
 - ``sync`` (the default on the CPU, and the seeds' way): the device is synchronized before and after each
   call and the host clock (``time.perf_counter``) measures it.
 
-The backward of a call is timed on the autograd nodes the call created (those with a sequence number in
-the range seen during the call, as :mod:`op_tools.autograd_hooks` finds them): a pre-hook and a post-hook
-per node bracket the node's work, and the node times are summed into one ``backward`` row per call and
-backward pass. Collectives of ``torch.distributed`` (``all_reduce``, ``broadcast``, ``barrier``, ...)
+The backward of a call is timed on the autograd nodes the call created, through the engine's one backward
+mechanism (:mod:`op_tools.autograd_hooks`, ``Phase.BACKWARD_NODES``): a pre-hook and a post-hook per node
+bracket the node's work, and the node times are summed into one ``backward`` row per call when the first
+backward pass that reaches it ends.
+Collectives of ``torch.distributed`` (``all_reduce``, ``broadcast``, ``barrier``, ...)
 called while the tool is active go through the same engine, named ``torch.distributed.all_reduce`` etc.
 
 Output in ``<results>/op_time_measure/<run>/rank<r>/``: ``results.jsonl`` and ``results.csv`` (one row per
@@ -38,10 +39,11 @@ from typing import Any
 import torch
 
 from op_tools import config
-from op_tools.engine import OpCall, collect_tensors, engine, print_line, run_call
+from op_tools.engine import engine, run_call
 from op_tools.naming import FunctionInfo
-from op_tools.results import ResultTable, choose_run_dir
-from op_tools.tool import OpTool
+from op_tools.protocol import OpCall, Phase, Ran, collect_tensors, print_line, report_failure
+from op_tools.results import ResultTable
+from op_tools.results_tool import ResultsTool
 
 __all__ = ["COLLECTIVES", "MAX_PENDING", "MODES", "OpTimeMeasure"]
 
@@ -52,37 +54,22 @@ MAX_PENDING = 10_000
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
                "all_to_all_single", "gather", "scatter", "barrier", "send", "recv", "isend", "irecv")
-_sequence_nr = torch._C._autograd._get_sequence_nr
 
 
 class _TimingTable(ResultTable):
     columns = ("id", "name", "phase", "elapsed_ms", "step", "call_site")
 
 
-class _Forward:
-    """One call between ``before`` and ``after`` (no tensors)."""
+class _Timing:
+    """One call's clocks (no tensors): its forward start, and the intervals of its backward nodes."""
 
-    __slots__ = ("start", "seq0")
+    __slots__ = ("start", "seconds", "events", "open")
 
-    def __init__(self, start: Any, seq0: int) -> None:
+    def __init__(self, start: Any) -> None:
         self.start = start  # perf_counter seconds (sync) or an event (event)
-        self.seq0 = seq0
-
-
-class _Backward:
-    """The backward time of one call: node intervals of the current backward pass, summed when it ends."""
-
-    __slots__ = ("call_id", "name", "step", "site", "seconds", "events", "open", "queued")
-
-    def __init__(self, call: OpCall) -> None:
-        self.call_id = call.call_id
-        self.name = call.name
-        self.step = call.step
-        self.site = call.call_site
-        self.seconds = 0.0
-        self.events: list[tuple[Any, Any]] = []
+        self.seconds = 0.0  # backward, sync mode
+        self.events: list[tuple[Any, Any]] = []  # backward, event mode
         self.open: dict[int, Any] = {}  # node index -> start (time or event)
-        self.queued = False
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -95,7 +82,7 @@ def _percentile(values: list[float], q: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
-class OpTimeMeasure(OpTool):
+class OpTimeMeasure(ResultsTool):
     """Time every operator call's forward and backward on the device, and summarize by op name.
 
     Keywords (environment variable in brackets): ``mode`` ``"event"`` or ``"sync"`` [``OP_TIME_MEASURE_MODE``;
@@ -112,26 +99,27 @@ class OpTimeMeasure(OpTool):
     """
 
     env_prefix = "OP_TIME_MEASURE"
+    results_folder = "op_time_measure"
+    table_class = _TimingTable
     steps_env = config.TIME_MEASURE_STEPS_ENV
+    phases = Phase.BEFORE | Phase.AFTER | Phase.BACKWARD_NODES
 
     def __init__(self, *, mode: str | None = None, top: int | None = None, ops: str | list[str] | None = None,
                  disable_ops: str | list[str] | None = None, device: str | torch.device | None = None,
                  steps: Any = None, backward: bool = True, collectives: bool = True,
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
-        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
+        super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
+                         run_id=run_id)
         self._explicit_mode, self._explicit_top = mode, top
         self.apply_config(self.config)
         self.backward = backward
+        if not backward:
+            self.phases = Phase.BEFORE | Phase.AFTER
         self.collectives = collectives
-        self.results_dir = results_dir
-        self.run_id = run_id
-        self.run_dir: Path | None = None
-        self.table: _TimingTable | None = None
         self.untimed = 0
         self._times: dict[tuple[str, str], array] = {}  # (name, phase) -> milliseconds per call
         self._pending: list[tuple[int, str, str, int, str, list[tuple[Any, Any]]]] = []
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._patched: list[tuple[Any, str, Any, Any]] = []
         self._started_at: float | None = None
         self.block_ms = 0.0
@@ -160,11 +148,6 @@ class OpTimeMeasure(OpTool):
         self.top = cfg.top if self._explicit_top is None else self._explicit_top
         self._sync: Callable[[], None] = getattr(self._module, "synchronize", None) or (lambda: None)
 
-    def on_start(self) -> None:
-        if self.run_dir is None:
-            self.run_dir = choose_run_dir("op_time_measure", self.results_dir, self.run_id)
-            self.table = _TimingTable(self.name, self.run_dir)
-
     def start(self) -> OpTimeMeasure:
         if not self.active:
             super().start()
@@ -186,20 +169,21 @@ class OpTimeMeasure(OpTool):
 
     def on_stop(self) -> None:
         self._resolve()
-        if self.table is not None:
-            self.table.close()
-        print_line(self.summary_text())
+        super().on_stop()  # closes the table, prints summary_lines()
         if self.run_dir is not None and self._times:
             try:
                 self._write_summary(self.run_dir)
             except OSError as exc:
                 print_line(f"{self.name}: writing the summary in {self.run_dir} failed ({exc.strerror or exc})")
 
+    def summary_lines(self) -> list[str]:
+        return [self.summary_text()]
+
     @property
     def results(self) -> list[dict[str, Any]]:
         """Every row written so far (one per call and phase)."""
         self._resolve()
-        return self.table.rows if self.table is not None else []
+        return super().results
 
     # -- clocks ----------------------------------------------------------------------------------------
     def _mark(self) -> Any:
@@ -244,82 +228,44 @@ class OpTimeMeasure(OpTool):
             self._row(call_id, name, phase, step, site, ms)
 
     # -- forward ---------------------------------------------------------------------------------------
-    def before(self, call: OpCall) -> _Forward | None:
-        if call.outputs:  # the engine ran it already (no input on the device): its time is unknown
+    def before(self, call: OpCall) -> _Timing | None:
+        if call.ran is Ran.BEFORE_TOOLS:  # no input on the device: it ran before the tools, its time is unknown
             self.untimed += 1
             return None
-        return _Forward(self._mark(), _sequence_nr())
+        return _Timing(self._mark())
 
-    def after(self, call: OpCall, state: _Forward | None, output: Any) -> None:
-        if state is None:
-            return
+    def after(self, call: OpCall, state: _Timing, output: Any) -> None:
         end = self._mark()
-        seq1 = _sequence_nr()
         site = call.call_site
         if self.mode == "sync":
             self._row(call.call_id, call.name, "forward", call.step, site, (end - state.start) * 1e3)
         else:
             self._finished(call.call_id, call.name, "forward", call.step, site, state.start, end)
-        if self.backward and seq1 != state.seq0:
-            self._hook_backward(call, state.seq0, seq1)
 
-    # -- backward --------------------------------------------------------------------------------------
-    def _hook_backward(self, call: OpCall, seq0: int, seq1: int) -> None:
-        """A pre-hook and a post-hook on every autograd node the call created."""
-        created: list[Any] = []
-        seen: set[int] = set()
-        for out in call.outputs:
-            fn = out.grad_fn
-            if fn is not None and id(fn) not in seen and seq0 <= fn._sequence_nr() < seq1:
-                seen.add(id(fn))
-                created.append(fn)
-        stack = list(created)
-        while stack:
-            node = stack.pop()
-            for nf, _ in node.next_functions:
-                if nf is not None and id(nf) not in seen and seq0 <= nf._sequence_nr() < seq1:
-                    seen.add(id(nf))
-                    created.append(nf)
-                    stack.append(nf)
-        if not created:
-            return
-        rec = _Backward(call)
-        for k, node in enumerate(created):
-            node.register_prehook(functools.partial(self._node_started, rec, k))
-            node.register_hook(functools.partial(self._node_finished, rec, k))
-
-    def _node_started(self, rec: _Backward, k: int, grad_outputs: Any) -> None:
+    # -- backward (Phase.BACKWARD_NODES) ---------------------------------------------------------------
+    def node_started(self, call: OpCall, state: _Timing, node: int) -> None:
         if self.opened:
-            rec.open[k] = self._mark()
+            state.open[node] = self._mark()
 
-    def _node_finished(self, rec: _Backward, k: int, grad_inputs: Any, grad_outputs: Any) -> None:
-        start = rec.open.pop(k, None)
+    def node_finished(self, call: OpCall, state: _Timing, node: int) -> None:
+        start = state.open.pop(node, None)
         if start is None or not self.opened:
             return
         end = self._mark()
         if self.mode == "sync":
-            rec.seconds += end - start
+            state.seconds += end - start
         else:
-            rec.events.append((start, end))
-        if not rec.queued:
-            rec.queued = True
-            queue = getattr(self._local, "queue", None)
-            if queue is None:
-                queue = self._local.queue = []
-            queue.append(rec)
-            if len(queue) == 1:
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            state.events.append((start, end))
 
-    def _backward_done(self) -> None:
-        queue, self._local.queue = getattr(self._local, "queue", []), []
-        for rec in queue:
-            rec.queued = False
-            if self.mode == "sync":
-                self._row(rec.call_id, rec.name, "backward", rec.step, rec.site, rec.seconds * 1e3)
-                rec.seconds = 0.0
-            else:
-                events, rec.events = rec.events, []
-                self._finished(rec.call_id, rec.name, "backward", rec.step, rec.site, events, None)
+    def on_backward(self, call: OpCall, state: _Timing, grad_inputs: dict[int, Any],
+                    grad_outputs: dict[int, Any]) -> None:
+        if not self.opened:
+            return
+        if self.mode == "sync":
+            self._row(call.call_id, call.name, "backward", call.step, call.call_site, state.seconds * 1e3)
+        elif state.events:
+            events, state.events = state.events, []
+            self._finished(call.call_id, call.name, "backward", call.step, call.call_site, events, None)
 
     # -- torch.distributed -----------------------------------------------------------------------------
     def _patch_collectives(self) -> None:
@@ -372,7 +318,7 @@ class OpTimeMeasure(OpTool):
                     end = tool._sync_mark()
                     tool._row(call.call_id, name, "forward", call.step, call.call_site, (end - start) * 1e3)
                 except Exception as exc:
-                    engine.report(tool, name, "timing the call", exc)
+                    report_failure(tool, name, "timing the call", exc)
                 call.release()
 
         wrapper.__op_tools_original__ = original  # type: ignore[attr-defined]

@@ -7,8 +7,9 @@ from typing import Any
 import torch
 
 from op_tools import config
-from op_tools.engine import OpCall, engine
+from op_tools.engine import engine
 from op_tools.op_filter import OpFilter
+from op_tools.protocol import OpCall, Phase
 from op_tools.steps import StepRange, current_step, install_optimizer_hook
 
 __all__ = ["OpTool", "active_device_type"]
@@ -31,9 +32,11 @@ class OpTool:
     """A tool applied to the operator calls made while it is active.
 
     Subclasses set :attr:`env_prefix` (``OP_CAPTURE`` reads ``OP_CAPTURE_LIST`` and
-    ``OP_CAPTURE_DISABLE_LIST``) and override :meth:`before`, :meth:`after` and, with
-    :attr:`wants_backward`, :meth:`on_backward`. Use as a context manager or with :meth:`start` /
-    :meth:`stop`; tools nest.
+    ``OP_CAPTURE_DISABLE_LIST``), declare the phases they take part in (:attr:`phases`, see
+    :mod:`op_tools.protocol`) and override the matching methods: :meth:`before`, :meth:`execute`,
+    :meth:`after`, :meth:`on_backward`, :meth:`node_started` / :meth:`node_finished`. A subclass that declares
+    no phases takes part in those whose methods it overrides (``execute`` with :attr:`executes`, the backward
+    with :attr:`wants_backward`). Use as a context manager or with :meth:`start` / :meth:`stop`; tools nest.
 
     Keywords: ``ops`` / ``disable_ops`` (comma-separated or a list; whole-name regular expressions; the
     disable list wins; ``ops=""`` means none), ``device`` (which device's calls to act on), ``steps``
@@ -42,9 +45,27 @@ class OpTool:
 
     env_prefix = "OP_TOOL"
     steps_env: str | None = None
-    wants_backward = False
-    executes = False  # True: the tool runs the call itself (execute); observation tools leave it False
+    #: The phases of a call this tool takes part in; an instance may narrow them (``backward=False``).
+    phases: Phase = Phase.NONE
+    wants_backward = False  # for subclasses that declare no phases: take part in Phase.BACKWARD
+    executes = False  # for subclasses that declare no phases: take part in Phase.EXECUTE
     backward_needs = "meta"  # what on_backward gets per gradient: "meta", "finite", "stats" or "data" (host copies)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "phases" in cls.__dict__:
+            return
+        inferred = Phase.NONE
+        for phase, method in ((Phase.BEFORE, "before"), (Phase.AFTER, "after")):
+            if getattr(cls, method) is not getattr(OpTool, method):
+                inferred |= phase
+        if cls.executes:
+            inferred |= Phase.EXECUTE
+        if cls.wants_backward:
+            inferred |= Phase.BACKWARD
+        if cls.node_started is not OpTool.node_started:
+            inferred |= Phase.BACKWARD_NODES
+        cls.phases = inferred | cls.phases
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None) -> None:
@@ -122,6 +143,7 @@ class OpTool:
         self.config = self.read_config()
         self._apply_common_config(self.config)
         self.apply_config(self.config)
+        engine.invalidate()
 
     # -- decisions -------------------------------------------------------------------------------------
     def acts_on(self, name: str) -> bool:
@@ -139,19 +161,28 @@ class OpTool:
         """Called by :meth:`stop`."""
 
     def before(self, call: OpCall) -> Any:
-        """Before the call runs; the return value is handed to :meth:`after` and :meth:`on_backward`."""
+        """(``Phase.BEFORE``) Before the call runs; the return value is handed to the tool's later phases of
+        the call, and None means the tool sits the call out. :attr:`OpCall.ran` is ``Ran.BEFORE_TOOLS`` when
+        the call has run already (it had no device input and made a device tensor)."""
         return None
 
     def execute(self, call: OpCall, state: Any, func: Any, args: tuple, kwargs: dict) -> Any:
-        """Run the call in place of ``func(*args, **kwargs)`` (only with :attr:`executes`; the innermost
-        such tool wins). Runs with autograd as the user has it, and nothing inside is intercepted."""
+        """(``Phase.EXECUTE``) Run the call in place of ``func(*args, **kwargs)`` (the innermost such tool
+        wins; never for a call that ran before the tools). Runs with autograd as the user has it."""
         return func(*args, **kwargs)
 
     def after(self, call: OpCall, state: Any, output: Any) -> None:
-        """After the call returned ``output``."""
+        """(``Phase.AFTER``) After the call returned ``output``; :attr:`OpCall.ran` says how it ran."""
 
     def on_backward(self, call: OpCall, state: Any, grad_inputs: dict[int, Any], grad_outputs: dict[int, Any]) -> None:
-        """After the backward pass that reached this call: gradients by input and output index (host copies
+        """(``Phase.BACKWARD``, ``Phase.BACKWARD_NODES``) After the first backward pass that reached this call:
+        gradients by input and output index (host copies
         with ``backward_needs == "data"``, statistics dicts with ``"stats"`` (with ``"finite"``: exact NaN/Inf
         counts, and the other statistics only for gradients that have NaN or Inf), else
         :class:`~op_tools.autograd_hooks.GradMeta`)."""
+
+    def node_started(self, call: OpCall, state: Any, node: int) -> None:
+        """(``Phase.BACKWARD_NODES``) Autograd node number ``node`` of the call is about to run."""
+
+    def node_finished(self, call: OpCall, state: Any, node: int) -> None:
+        """(``Phase.BACKWARD_NODES``) Autograd node number ``node`` of the call has run."""

@@ -16,7 +16,7 @@ import torch
 import diopi
 from torch_dipu import factories, kernels, storage
 from torch_dipu.state import get_state
-from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage
+from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage, set_handler_builder
 
 Handler = Callable[[tuple, dict | None], Any]
 _CPU = torch.device("cpu")
@@ -305,3 +305,6 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
 
     _HANDLERS[func] = handler
     return handler
+
+
+set_handler_builder(build_handler)

@@ -11,6 +11,7 @@ import torch
 
 from torch_dipu.runtime import UnsupportedDtypeError
 from torch_dipu.state import get_state
+from torch_dipu.storage import device_storage
 from torch_dipu.tensor import DipuTensor, storage_of
 
 
@@ -89,6 +90,25 @@ def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_mem
     return out
 
 
+def restore_location(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage | None:
+    """``torch.load(..., map_location="dipu[:N]")``: the checkpoint's host storage copied to the device.
+
+    PyTorch then rebuilds each tensor with ``set_`` on the returned dipu storage, so tensors saved from the CPU
+    load onto dipu as they load onto CUDA (dipu tensors are saved as host tensors plus their device, see
+    ``DipuTensor.__reduce_ex__``, and come back the same way). Other locations are left to PyTorch.
+    """
+    if not location.startswith("dipu"):
+        return None
+    state = get_state()
+    index = state.device_index(location)
+    nbytes = storage.nbytes()
+    raw = allocate_storage((nbytes,), (1,), torch.uint8, index)
+    if nbytes:
+        raw.copy_(torch.empty(0, dtype=torch.uint8).set_(storage.untyped() if isinstance(storage, torch.TypedStorage)
+                                                          else storage))
+    return device_storage(raw.untyped_storage(), state.device(index))
+
+
 def register(lib: torch.library.Library) -> None:
     """Register the PrivateUse1 kernels into ``lib`` (an ``aten`` IMPL library)."""
     lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
@@ -99,5 +119,6 @@ def register(lib: torch.library.Library) -> None:
 
 
 __all__ = [
-    "allocate_storage", "copy_from", "empty_memory_format", "empty_strided", "new_tensor", "register", "storage_span",
+    "allocate_storage", "copy_from", "empty_memory_format", "empty_strided", "new_tensor", "register",
+    "restore_location", "storage_span",
 ]

@@ -17,7 +17,6 @@ from torch_dipu import (
     module_state,
     pinned,
     shutdown,
-    storage,
 )
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
@@ -85,7 +84,7 @@ def register_device() -> None:
     generators.install()
     compile_default.install()
     shutdown.register()
-    torch.serialization.register_package(15, lambda storage: None, storage.restore_location)
+    torch.serialization.register_package(15, lambda storage: None, factories.restore_location)
     # Run backward passes on the calling thread. PyTorch would otherwise run dipu's part of every
     # backward on a device worker thread; dipu kernels are Python (they need the GIL), so the worker
     # only adds thread handoffs and a second OpenMP thread team that competes for the cores

@@ -65,25 +65,3 @@ def host_storage(storage: Any) -> Any:
 
 def has_storage_argument(schema: torch._C.FunctionSchema) -> bool:
     return any(str(a.type) in ("Storage", "Storage?") for a in schema.arguments)
-
-
-def restore_location(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage | None:
-    """``torch.load(..., map_location="dipu[:N]")``: the checkpoint's host storage copied to the device.
-
-    PyTorch then rebuilds each tensor with ``set_`` on the returned dipu storage, so tensors saved from the CPU
-    load onto dipu as they load onto CUDA (dipu tensors are saved as host tensors plus their device, see
-    ``DipuTensor.__reduce_ex__``, and come back the same way). Other locations are left to PyTorch.
-    """
-    if not location.startswith("dipu"):
-        return None
-    from torch_dipu.factories import allocate_storage
-    from torch_dipu.state import get_state
-
-    state = get_state()
-    index = state.device_index(location)
-    nbytes = storage.nbytes()
-    raw = allocate_storage((nbytes,), (1,), torch.uint8, index)
-    if nbytes:
-        raw.copy_(torch.empty(0, dtype=torch.uint8).set_(storage.untyped() if isinstance(storage, torch.TypedStorage)
-                                                          else storage))
-    return device_storage(raw.untyped_storage(), state.device(index))

@@ -196,6 +196,11 @@ _HANDLERS: dict[Any, Any] = {}
 
 
 def _build_handler(func):  # noqa: ANN001, ANN202
-    from torch_dipu.dispatch import build_handler
+    raise RuntimeError(f"dipu: no handler builder for {func}; import torch_dipu, which installs torch_dipu.dispatch")
 
-    return build_handler(func)
+
+def set_handler_builder(build: Any) -> None:
+    """Install the builder of the handler for an ATen overload not yet in ``_HANDLERS`` (torch_dipu.dispatch
+    does at import: the dependency runs from dispatch to this module, never back)."""
+    global _build_handler
+    _build_handler = build

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from op_tools import OpObserve, steps
+from op_tools import OpObserve, protocol, steps
 from op_tools.engine import engine
 
 _ENV = ("OP_OBSERVE_LIST", "OP_OBSERVE_DISABLE_LIST", "OP_OBSERVE_FILE", "OP_TOOLS_VERBOSE", "OP_TOOLS_DEVICE")
@@ -345,7 +345,7 @@ def test_failing_tool_does_not_break_ops_and_warns_once_per_op(monkeypatch: pyte
         raise RuntimeError("boom")
 
     monkeypatch.setattr(OpObserve, "after", broken)
-    monkeypatch.setattr(engine, "reported", set())
+    monkeypatch.setattr(protocol, "_reported", set())
     a, b = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -369,7 +369,7 @@ def test_failing_tool_warns_with_pytest_warns(monkeypatch: pytest.MonkeyPatch) -
         raise KeyError("oops")
 
     monkeypatch.setattr(OpObserve, "after", broken)
-    monkeypatch.setattr(engine, "reported", set())
+    monkeypatch.setattr(protocol, "_reported", set())
     with pytest.warns(RuntimeWarning, match=r"OpObserve failed in after the call of torch\.Tensor\.neg") as rec:
         ones = torch.ones(2)
         with OpObserve(device="cpu", backward=False):

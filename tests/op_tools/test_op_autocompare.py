@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -92,8 +93,10 @@ def test_the_first_fail_is_the_faulted_op(fault: str, culprit: str, phase: str, 
     first = failures[0]
     assert (first["name"], first["phase"]) == (culprit, phase)
     err = capsys.readouterr().err
-    fail_lines = [line for line in err.splitlines() if line.startswith("OpAutoCompare: FAIL ")]
-    assert len(fail_lines) == len(failures) and culprit in fail_lines[0]
+    fail_lines = [line for line in err.splitlines() if re.match(r"OpAutoCompare: step \d+: ", line)]
+    counts = [int(re.search(r": (\d+) FAIL \(worst: ", line).group(1)) for line in fail_lines]
+    assert sum(counts) == len(failures) and culprit in fail_lines[0]  # one line per (op, step)
+    assert len(fail_lines) == len({(r["name"], r["step"]) for r in failures})
     assert f"first FAIL: {culprit}" in err
 
 

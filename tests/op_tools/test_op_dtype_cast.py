@@ -119,3 +119,19 @@ def test_a_bf16_model_trains_under_the_cast(tmp_path: Path, capsys) -> None:
     assert {"torch.nn.functional.linear", "torch.nn.functional.layer_norm",
             "torch.nn.functional.cross_entropy"} <= {r["name"] for r in tool.results}
     assert f"OpDtypeCast: {tool.casts} calls ran with cast dtypes" in capsys.readouterr().err
+
+
+def test_half_batch_norm_running_statistics_reach_the_module(tmp_path: Path) -> None:
+    """batch_norm writes its running statistics without bumping their version: the cast copies' new values
+    must still be written back (as on the CPU), or the model trains with stale statistics and no error."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(16, 4, generator=g) * 3 + 2).half()
+    reference = torch.nn.BatchNorm1d(4).half()
+    reference(x.float().half())  # CPU half: what the statistics must be (up to the float32 compute)
+    bn = torch.nn.BatchNorm1d(4).half().to("dipu")
+    with OpDtypeCast(results_dir=tmp_path):
+        bn(x.to("dipu"))
+    assert bn.running_mean.dtype == torch.float16 and bn.num_batches_tracked.item() == 1
+    torch.testing.assert_close(bn.running_mean.cpu(), reference.running_mean, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(bn.running_var.cpu(), reference.running_var, rtol=1e-2, atol=1e-2)
+    assert bn.running_mean.abs().sum().item() > 0.5  # moved from its initial zeros

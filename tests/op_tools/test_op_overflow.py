@@ -41,8 +41,10 @@ def test_the_producer_is_flagged_and_propagating_ops_are_not(tmp_path: Path, cap
     assert tool.checked == 8 and tool.flagged == 2 and tool.flagged_backward == 0  # mul neg log add exp sum div sub
     assert (tool.run_dir / "results.csv").read_text().count("\n") == 3
     err = capsys.readouterr().err
-    assert f"OpOverflowCheck: torch.log #{log_row['id']} forward out[0]: 20 NaN, 0 Inf (inputs finite) at " in err
-    assert err.count("OpOverflowCheck: torch.") == 2  # one line per flagged call, none for the propagating ones
+    step = log_row["step"]
+    assert (f"OpOverflowCheck: step {step}: torch.log: 1 FAIL (worst: #{log_row['id']} forward out[0]: 20 NaN, "
+            f"0 Inf (inputs finite) at ") in err
+    assert err.count(f"OpOverflowCheck: step {step}: torch.") == 2  # one line per flagged op, none for propagating
     summary = err[err.index("first producer"):]
     assert summary.startswith(f"first producer: torch.log #{log_row['id']} forward")
     assert summary.index("torch.log forward x1") < summary.index("torch.Tensor.div forward x1")
