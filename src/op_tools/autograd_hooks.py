@@ -28,6 +28,7 @@ freed as usual. This module builds on :mod:`op_tools.protocol` only (not on the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -40,7 +41,7 @@ from op_tools.protocol import Phase, internal, report_failure
 if TYPE_CHECKING:
     from op_tools.protocol import OpCall
 
-__all__ = ["GradMeta", "attach", "created_nodes", "input_edges"]
+__all__ = ["BackwardPlan", "GradMeta", "attach", "created_nodes", "input_edges"]
 
 
 class GradMeta(NamedTuple):
@@ -48,7 +49,7 @@ class GradMeta(NamedTuple):
 
     shape: tuple[int, ...]
     dtype: torch.dtype
-    device: str
+    device: torch.device
 
 
 def input_edges(inputs: list[torch.Tensor]) -> list[tuple[Any, int] | None]:
@@ -64,25 +65,39 @@ def input_edges(inputs: list[torch.Tensor]) -> list[tuple[Any, int] | None]:
     return edges
 
 
+class BackwardPlan:
+    """What a set of tools wants from the backward of a call (worked out once per engine plan): whether
+    gradients are recorded and in which form (the richest any tool needs), and which tools time nodes."""
+
+    __slots__ = ("records", "keep", "timing")
+
+    def __init__(self, tools: list[Any]) -> None:
+        recording = [t for t in tools if Phase.BACKWARD in t.phases]
+        needs = {t.backward_needs for t in recording}
+        self.records = bool(recording)
+        self.keep = (_keep_data if "data" in needs else _keep_stats if "stats" in needs
+                     else _keep_finite if "finite" in needs else _keep_meta)
+        self.timing = frozenset(id(t) for t in tools if Phase.BACKWARD_NODES in t.phases)
+
+
 class _Record:
     __slots__ = ("call", "states", "timers", "grad_in", "grad_out", "finished", "keep", "pending", "expected",
                  "partial")
 
-    def __init__(self, call: OpCall, states: list[tuple[Any, Any]], expected: dict[int, int]) -> None:
+    def __init__(self, call: OpCall, states: list[tuple[Any, Any]], expected: dict[int, int],
+                 plan: BackwardPlan) -> None:
         self.call = call
         self.states = states  # every tool told when the pass ends
-        self.timers = [(t, s) for t, s in states if Phase.BACKWARD_NODES in t.phases]
+        self.timers = [(t, s) for t, s in states if id(t) in plan.timing] if plan.timing else []
         self.grad_in: dict[int, Any] = {}
         self.grad_out: dict[int, Any] = {}
         self.finished = False
         self.pending = False
         # input index -> contributions it expects, for inputs reached by several edges of the call
-        self.expected = {j: n for j, n in expected.items() if n > 1}
+        self.expected = {j: n for j, n in expected.items() if n > 1} if expected else expected
         # input index -> [sum so far on the gradient's device (or None), contributions still to come]
         self.partial: dict[int, list[Any]] = {}
-        needs = {tool.backward_needs for tool, _ in states if Phase.BACKWARD in tool.phases}
-        self.keep = (_keep_data if "data" in needs else _keep_stats if "stats" in needs
-                     else _keep_finite if "finite" in needs else _keep_meta)
+        self.keep = plan.keep
 
 
 def _keep_data(grads: list[torch.Tensor]) -> list[Any]:
@@ -117,10 +132,11 @@ def _keep_finite(grads: list[torch.Tensor]) -> list[Any]:
 
 
 def _keep_meta(grads: list[torch.Tensor]) -> list[Any]:
-    return [GradMeta(tuple(g.shape), g.dtype, str(g.device)) for g in grads]
+    return [GradMeta(g.shape, g.dtype, g.device) for g in grads]
 
 
 _local = threading.local()
+_NO_CONTEXT = contextlib.nullcontext()  # metadata of single contributions needs no tensor work: no internal context
 
 
 def _pending() -> list[_Record]:
@@ -179,7 +195,7 @@ def _on_node(rec: _Record, out_slots: tuple[tuple[int, int], ...], edge_slots: t
     if rec.finished:
         return
     try:
-        with internal():
+        with internal() if rec.keep is not _keep_meta or rec.expected else _NO_CONTEXT:
             slots: list[tuple[bool, int]] = []
             grads: list[torch.Tensor] = []
             for k, nr in out_slots:
@@ -235,20 +251,32 @@ def _node_finished(rec: _Record, k: int, grad_inputs: tuple[torch.Tensor | None,
     _queue(rec)
 
 
-def created_nodes(outputs: list[torch.Tensor], seq0: int, seq1: int) -> tuple[list[Any], dict[int, int]]:
+def created_nodes(outputs: list[torch.Tensor], seq0: int, seq1: int,
+                  out_slots: dict[int, list[tuple[int, int]]] | None = None,
+                  edges: dict[int, tuple] | None = None) -> tuple[list[Any], dict[int, int]]:
     """The autograd nodes made between sequence numbers ``seq0`` and ``seq1`` that are reachable from
-    ``outputs``, and their index by ``id``."""
+    ``outputs``, and their index by ``id``. Fills ``out_slots`` (node id -> (output index, output_nr)) and
+    ``edges`` (node id -> its ``next_functions``) when given."""
     index: dict[int, int] = {}
     created: list[Any] = []
-    for out in outputs:
+    for k, out in enumerate(outputs):
         fn = out.grad_fn
-        if fn is not None and id(fn) not in index and seq0 <= fn._sequence_nr() < seq1:
+        if fn is None:
+            continue
+        if id(fn) not in index:
+            if not (seq0 <= fn._sequence_nr() < seq1):
+                continue
             index[id(fn)] = len(created)
             created.append(fn)
+        if out_slots is not None:
+            out_slots.setdefault(id(fn), []).append((k, out.output_nr))
     stack = list(created)
     while stack:
         node = stack.pop()
-        for nf, _ in node.next_functions:
+        nexts = node.next_functions
+        if edges is not None:
+            edges[id(node)] = nexts
+        for nf, _ in nexts:
             if nf is not None and id(nf) not in index and seq0 <= nf._sequence_nr() < seq1:
                 index[id(nf)] = len(created)
                 created.append(nf)
@@ -257,18 +285,18 @@ def created_nodes(outputs: list[torch.Tensor], seq0: int, seq1: int) -> tuple[li
 
 
 def attach(call: OpCall, states: list[tuple[Any, Any]], edges: list[tuple[Any, int] | None],
-           seq0: int, seq1: int) -> int:
+           seq0: int, seq1: int, plan: BackwardPlan | None = None) -> int:
     """Hook every node ``call`` created (sequence numbers in ``[seq0, seq1)``) for the tools in ``states``
-    (those taking part in ``Phase.BACKWARD`` or ``Phase.BACKWARD_NODES``); returns how many nodes."""
-    created, index = created_nodes(call.outputs, seq0, seq1)
+    (those taking part in ``Phase.BACKWARD`` or ``Phase.BACKWARD_NODES``; ``plan``: their
+    :class:`BackwardPlan`, worked out here when not given); returns how many nodes."""
+    out_slots: dict[int, list[tuple[int, int]]] = {}
+    nexts: dict[int, tuple] = {}
+    created, index = created_nodes(call.outputs, seq0, seq1, out_slots, nexts)
     if not created:
         return 0
-    out_slots: dict[int, list[tuple[int, int]]] = {}
-    for k, out in enumerate(call.outputs):
-        fn = out.grad_fn
-        if fn is not None and id(fn) in index:
-            out_slots.setdefault(id(fn), []).append((k, out.output_nr))
-    records = any(Phase.BACKWARD in t.phases for t, _ in states)
+    if plan is None:
+        plan = BackwardPlan([t for t, _ in states])
+    records = plan.records
     by_fn: dict[tuple[int, int], int] = {}
     by_leaf: dict[int, int] = {}
     for j, edge in enumerate(edges if records else ()):
@@ -284,7 +312,7 @@ def attach(call: OpCall, states: list[tuple[Any, Any]], edges: list[tuple[Any, i
     for node in created:
         slots = []
         if records:
-            for i, (nf, nr) in enumerate(node.next_functions):
+            for i, (nf, nr) in enumerate(nexts[id(node)]):
                 if nf is None or id(nf) in index:
                     continue
                 j = by_fn.get((id(nf), nr))
@@ -296,7 +324,7 @@ def attach(call: OpCall, states: list[tuple[Any, Any]], edges: list[tuple[Any, i
                     slots.append((i, j))
                     expected[j] = expected.get(j, 0) + 1
         per_node.append((node, slots))
-    rec = _Record(call, states, expected)
+    rec = _Record(call, states, expected, plan)
     for k, (node, slots) in enumerate(per_node):
         if rec.timers:
             node.register_prehook(functools.partial(_node_started, rec, k))

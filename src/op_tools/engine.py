@@ -44,7 +44,7 @@ class Plan:
     """The tools acting on one op name in one step, split by the phases they take part in."""
 
     __slots__ = ("tools", "device_type", "before", "executors", "backward", "observe_only", "thin_states",
-                 "after_tools")
+                 "after_tools", "backward_tools", "backward_plan")
 
     def __init__(self, tools: tuple[Any, ...]) -> None:
         self.tools = tools
@@ -56,6 +56,8 @@ class Plan:
         self.observe_only = not self.before and not self.executors
         self.thin_states = [(t, None) for t in tools]  # every tool takes part, with no state
         self.after_tools = tuple(t for t in reversed(tools) if Phase.AFTER in t.phases)  # innermost first
+        self.backward_tools = [(t, None) for t in tools if t.phases & _BACKWARD]
+        self.backward_plan = autograd_hooks.BackwardPlan([t for t, _ in self.backward_tools])
 
     def present(self, tensors: list[torch.Tensor]) -> Plan | None:
         """This plan narrowed to the tools with a tensor in ``tensors`` on their device (None: no tool)."""
@@ -305,12 +307,17 @@ def _finish(states: list[tuple[Any, Any]], plan: Plan, call: OpCall, out: Any, e
     """Hook the call's backward (if a taking part tool wants it and the call built graph nodes), then ``after``."""
     with internal():
         if seq1 != seq0 and plan.backward:
-            wanting = [(t, s) for t, s in states if t.phases & _BACKWARD]
+            if states is plan.thin_states:  # every tool takes part, with no state: the plan's own lists
+                wanting, backward_plan = plan.backward_tools, plan.backward_plan
+            else:
+                wanting = [(t, s) for t, s in states if t.phases & _BACKWARD]
+                backward_plan = None
             if wanting:
                 try:
                     if edges is None:
                         edges = autograd_hooks.input_edges(call.inputs)
-                    call.backward_hooked = autograd_hooks.attach(call, wanting, edges, seq0, seq1) > 0
+                    call.backward_hooked = autograd_hooks.attach(call, wanting, edges, seq0, seq1,
+                                                                 backward_plan) > 0
                 except Exception as exc:
                     for tool, _ in wanting:
                         report_failure(tool, call.name, "hooking the backward", exc)

@@ -20,8 +20,15 @@ from op_tools.tool import OpTool
 __all__ = ["OpObserve", "describe_tensor"]
 
 
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
 def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+        return name
 
 
 def describe_tensor(t: torch.Tensor | GradMeta) -> str:
@@ -31,7 +38,7 @@ def describe_tensor(t: torch.Tensor | GradMeta) -> str:
 
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
-        return describe_tensor(value)
+        return f"{_dtype(value.dtype)}{list(value.shape)}"
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
         inner = ", ".join(_describe(v) for v in value[:8])
         more = ", ..." if len(value) > 8 else ""
@@ -130,8 +137,16 @@ class OpObserve(OpTool):
         if call.kwargs:
             kw = ", ".join(f"{k}={_describe(v)}" for k, v in call.kwargs.items())
             inputs = f"{inputs}, {kw}" if inputs else kw
-        device = next((str(t.device) for t in (*call.inputs, *call.outputs)
-                       if t.device.type == self.device_type), self.device_type)
+        device = self.device_type
+        for t in call.inputs or call.outputs:
+            if t.device.type == device:
+                device = str(t.device)
+                break
+        else:
+            for t in call.outputs:
+                if t.device.type == device:
+                    device = str(t.device)
+                    break
         self._emit(f"OpObserve: {call.name} ({inputs}) -> {_describe(output)} on {device} at {call.call_site}")
 
     def on_backward(self, call: OpCall, state: Any, grad_inputs: dict[int, Any], grad_outputs: dict[int, Any]) -> None:

@@ -143,9 +143,9 @@ def test_time_measure_times_the_backward_through_the_one_hook_mechanism(monkeypa
     attached: list[tuple[str, list[str]]] = []
     original = autograd_hooks.attach
 
-    def spy(call, states, edges, seq0, seq1):
+    def spy(call, states, edges, seq0, seq1, plan=None):
         attached.append((call.name, [type(t).__name__ for t, _ in states]))
-        return original(call, states, edges, seq0, seq1)
+        return original(call, states, edges, seq0, seq1, plan)
 
     monkeypatch.setattr(autograd_hooks, "attach", spy)
     x = torch.randn(4, 8, device="dipu", requires_grad=True)
