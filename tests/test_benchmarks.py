@@ -25,6 +25,9 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
           "w1_autocompare_rss_growth"}),
         ("bench_engine_call.py", ["--calls", "200", "--rounds", "1"],
          {"engine_call_nop_observer", "engine_call_observe_to_file"}),
+        ("bench_observe_breakdown.py", ["--rounds", "1", "--steps", "1"],
+         {"w1_step_empty_mode_dipu", "w1_step_nop_observer_dipu", "w1_step_nop_observer_backward_dipu",
+          "w1_step_observe_no_backward_dipu", "w1_step_observe_to_file_dipu"}),
     ],
 )
 def test_benchmark_writes_its_json(tmp_path: Path, script: str, args: list[str], cases: set[str]) -> None:
