@@ -128,7 +128,7 @@ class OpAutoCompare(ResultsTool):
     def before(self, call: OpCall) -> _CallState:
         if self.lines.pending:
             self.lines.poll(call.step)
-        if call.info.random:
+        if call.random:
             return _CallState([], {}, {}, {}, False, [], None, skip="random op")
         if call.info.uninitialized:
             return _CallState([], {}, {}, {}, False, [], None, skip="no comparable value")
@@ -150,9 +150,11 @@ class OpAutoCompare(ResultsTool):
             self._row(call, "forward", "SKIP", "-", message=state.skip)
             return
         actual = _host(output)
-        if state.autocast:
+        if state.autocast and not state.writes:
             # Autocast casts the floating inputs inside the dispatcher, after this tool saw them; the CPU
             # reference gets the same cast (to the dtype the device produced), whatever CPU autocast's lists say.
+            # Calls that write into their inputs (in-place ops, batch norm's running statistics) are never
+            # cast by autocast: their reference keeps the dtypes the device had.
             state.cast_to = next((t.dtype for t in collect_tensors(actual, [], set()) if t.is_floating_point()),
                                  None)
         try:
@@ -345,7 +347,7 @@ class OpAutoCompare(ResultsTool):
                         cf.add_gradient(section, data, name, key, g, device)
         record = cf.build_record(
             tool="OpAutoCompare", op=call.name, call_id=call.call_id, step=call.step, rank=process_rank(),
-            call_site=call.call_site, device=device, inplace=state.writes, random=call.info.random, mode="data",
+            call_site=call.call_site, device=device, inplace=state.writes, random=call.random, mode="data",
             args=state.args, kwargs=state.kwargs, outputs=outputs, tensors=tensors, backward=section,
             reference_outputs=reference_outputs)
         try:

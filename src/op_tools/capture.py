@@ -234,7 +234,7 @@ class OpCapture(OpTool):
         self.captured += 1
         record = cf.build_record(
             tool="OpCapture", op=call.name, call_id=call.call_id, step=call.step, rank=self._rank,
-            call_site=call.call_site, device=state.device, inplace=call.inplace, random=call.info.random,
+            call_site=call.call_site, device=state.device, inplace=call.inplace, random=call.random,
             mode=self.mode, args=state.args, kwargs=state.kwargs, outputs=outputs,
             tensors={**state.meta, **enc.meta}, opaque=state.opaque + enc.opaque, versions=self._versions)
         state.args = state.kwargs = None

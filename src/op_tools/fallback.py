@@ -193,7 +193,7 @@ class OpFallback(ResultsTool):
         """Run on the CPU copies: the output (``sub.written``: the copies it wrote), or ``_ON_DEVICE`` when
         the call only made a view or changed a tensor's metadata."""
         def on_cpu(*a: Any, **k: Any) -> Any:
-            if call.info.random:
+            if call.random:
                 with _RandomFromDevice(target):
                     return func(*a, **k)
             return func(*a, **k)

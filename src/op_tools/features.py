@@ -25,7 +25,7 @@ from op_tools.capture import OpCapture
 from op_tools.dtype_cast import OpDtypeCast
 from op_tools.engine import engine, run_call
 from op_tools.fallback import OpFallback
-from op_tools.naming import FunctionInfo, is_inplace_name, is_random_name, is_uninitialized_name, locate
+from op_tools.naming import info_for_name, locate
 from op_tools.observe import OpObserve
 from op_tools.overflow import OpOverflowCheck
 from op_tools.time_measure import OpTimeMeasure
@@ -106,7 +106,7 @@ def _remove_all() -> None:
 
 def _wrap(original: Callable[..., Any], name: str, tool: OpTool,
           condition: Callable[..., bool] | None) -> Callable[..., Any]:
-    info = FunctionInfo(name, True, is_inplace_name(name), is_random_name(name), is_uninitialized_name(name))
+    info = info_for_name(name)
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.overrides import resolve_name
 
-__all__ = ["QUIET_WRITERS", "UNINITIALIZED", "FunctionInfo", "function_info", "is_inplace_name", "is_random_name",
-           "is_uninitialized_name", "locate", "resolve_function"]
+__all__ = ["QUIET_WRITERS", "RANDOM_WHEN", "UNINITIALIZED", "FunctionInfo", "draws_random", "function_info",
+           "info_for_name", "is_inplace_name", "is_random_name", "is_uninitialized_name", "locate", "resolve_function"]
 
 # Calls that move no data through an operator; never intercepted.
 _NON_OPS = {
@@ -51,9 +51,13 @@ QUIET_WRITERS = frozenset({
 _RANDOM = re.compile(
     r"(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli_?|multinomial|normal_?|"
     r"uniform_|exponential_|geometric_|cauchy_|log_normal_|random_|poisson|rrelu_?|gumbel_softmax|"
-    r"\w*dropout\w*|native_dropout)"
+    r"\w*dropout\w*|native_dropout|fractional_max_pool[23]d(_with_indices)?)"
 )
 
+
+#: Functions that draw random numbers only when an argument says so: short name -> (keyword, position) of
+#: their dropout probability (random when it is positive).
+RANDOM_WHEN = {"scaled_dot_product_attention": ("dropout_p", 4), "multi_head_attention_forward": ("dropout_p", 10)}
 
 #: Factories whose results are uninitialized memory: their values mean nothing (not compared, not checked).
 UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
@@ -68,6 +72,7 @@ class FunctionInfo:
     inplace: bool
     random: bool
     uninitialized: bool = False
+    random_when: tuple[str, int] | None = None  # random only when this (keyword, position) argument is > 0
 
 
 def _short(name: str) -> str:
@@ -83,6 +88,24 @@ def is_inplace_name(name: str) -> bool:
 def is_random_name(name: str) -> bool:
     """Ops whose result depends on a random generator (dropout, rand*, normal_, ...) and ``torch.nn.init``."""
     return name.startswith("torch.nn.init.") or bool(_RANDOM.fullmatch(_short(name)))
+
+
+def draws_random(info: FunctionInfo, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a call of ``info`` with these arguments draws random numbers: a random op by name, or one
+    whose dropout probability (:data:`RANDOM_WHEN`) is positive."""
+    if info.random:
+        return True
+    if info.random_when is None:
+        return False
+    keyword, position = info.random_when
+    value = kwargs.get(keyword, args[position] if len(args) > position else 0.0)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def info_for_name(name: str, is_op: bool = True) -> FunctionInfo:
+    """The :class:`FunctionInfo` of an op called ``name`` (its kind read from the name)."""
+    return FunctionInfo(name, is_op, is_inplace_name(name), is_random_name(name), is_uninitialized_name(name),
+                        RANDOM_WHEN.get(_short(name)))
 
 
 def is_uninitialized_name(name: str) -> bool:
@@ -129,7 +152,7 @@ def function_info(func: Callable[..., Any]) -> FunctionInfo:
         or "._record_function" in name
         or short.startswith("_set_")
     )
-    info = FunctionInfo(name, is_op, is_inplace_name(name), is_random_name(name), is_uninitialized_name(name))
+    info = info_for_name(name, is_op)
     with contextlib.suppress(TypeError):  # unhashable callables are rare; they are classified every time
         _CACHE[func] = info
     return info

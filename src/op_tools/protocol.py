@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from op_tools.callsite import call_site
-from op_tools.naming import QUIET_WRITERS, FunctionInfo
+from op_tools.naming import QUIET_WRITERS, FunctionInfo, draws_random
 from op_tools.steps import current_step
 
 __all__ = ["OpCall", "Phase", "Ran", "collect_tensors", "internal", "map_tensors", "print_line", "report_failure"]
@@ -127,6 +127,14 @@ class OpCall:
             return True
         ids = {id(t) for t in self.inputs}
         return any(id(t) in ids for t in self.outputs)
+
+    @property
+    def random(self) -> bool:
+        """The call draws random numbers: a random op by name (dropout, ``rand*``, ...), or one whose dropout
+        probability argument is positive (``F.scaled_dot_product_attention(..., dropout_p=0.1)``); valid
+        while the call runs."""
+        return self.info.random or (self.info.random_when is not None
+                                    and draws_random(self.info, self.args, self.kwargs))
 
     def may_write_inputs(self, *, out: bool = True) -> bool:
         """Before the call: whether it may write into its inputs: an in-place name, normalization's running

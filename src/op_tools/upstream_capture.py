@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from diopi import case_format as cf
-from op_tools.naming import is_inplace_name, is_random_name, resolve_function
+from op_tools.naming import draws_random, info_for_name, is_inplace_name, resolve_function
 
 __all__ = [
     "CAPTURE_FILES",
@@ -219,9 +219,10 @@ def load_capture(case_dir: str | Path, allow_modules: tuple[str, ...] | list[str
                                            device, allow_modules, is_inplace_name(op))
         if backward is not None:
             data.update(backward.pop("data"))
+    random = draws_random(info_for_name(op), args, kwargs)  # sdpa with dropout_p > 0 is random, without is not
     record = cf.build_record(
         tool=TOOL, op=op, call_id=_call_id(case_dir), step=0, rank=0, call_site=None, device=device,
-        inplace=is_inplace_name(op), random=is_random_name(op), mode="data", args=args_enc, kwargs=kwargs_enc,
+        inplace=is_inplace_name(op), random=random, mode="data", args=args_enc, kwargs=kwargs_enc,
         outputs=outputs, tensors=tensors, opaque=enc.opaque + out_enc.opaque, backward=backward, versions={})
     return ImportedCapture(cf.LoadedCase(case_dir, record, data), note)
 
