@@ -157,3 +157,36 @@ def write_json(path: Path, payload: dict) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def empty_mode() -> object:
+    """An empty ``TorchFunctionMode`` that passes every call through: the floor of any op-intercepting tool."""
+    from torch.overrides import TorchFunctionMode
+
+    class EmptyMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+            return func(*args, **(kwargs or {}))
+
+    return EmptyMode()
+
+
+def nop_observer(device: str, backward: bool = False) -> object:
+    """An op tool taking part in ``after`` (and, with ``backward``, the backward) that does nothing: the
+    engine's own path for an observation tool."""
+    from op_tools.protocol import Phase
+    from op_tools.tool import OpTool
+
+    class NopObserver(OpTool):
+        env_prefix = "OP_NOP_OBSERVER"
+        phases = Phase.AFTER
+
+        def after(self, call: object, state: object, output: object) -> None:
+            return None
+
+        def on_backward(self, call: object, state: object, grad_inputs: dict, grad_outputs: dict) -> None:
+            return None
+
+    tool = NopObserver(device=device)
+    if backward:
+        tool.phases = Phase.AFTER | Phase.BACKWARD
+    return tool

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import environment, write_json
+from bench_common import empty_mode, environment, nop_observer, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "engine_call.json"
 TARGET = 2.0
@@ -35,29 +35,14 @@ KINDS = ("plain", "empty_mode", "nop_observer", "observe_to_file")
 def _tool(kind: str, workdir: Path) -> object:
     import contextlib
 
-    from torch.overrides import TorchFunctionMode
-
     from op_tools import OpObserve
-    from op_tools.protocol import Phase
-    from op_tools.tool import OpTool
-
-    class NopObserver(OpTool):
-        env_prefix = "OP_NOP_OBSERVER"
-        phases = Phase.AFTER
-
-        def after(self, call: object, state: object, output: object) -> None:
-            return None
 
     if kind == "plain":
         return contextlib.nullcontext()
-    class EmptyMode(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
-            return func(*args, **(kwargs or {}))
-
     if kind == "empty_mode":
-        return EmptyMode()
+        return empty_mode()
     if kind == "nop_observer":
-        return NopObserver(device="cpu")
+        return nop_observer("cpu")
     return OpObserve(file=workdir / "observe.log", device="cpu", backward=False)
 
 

@@ -25,42 +25,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import environment, w1_step, write_json
+from bench_common import empty_mode, environment, nop_observer, w1_step, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "observe_breakdown.json"
 KINDS = ("plain", "empty_mode", "nop_observer", "nop_observer_backward", "observe_no_backward", "observe_to_file")
 
 
 def _tool(kind: str, workdir: Path) -> object:
-    from torch.overrides import TorchFunctionMode
-
     from op_tools import OpObserve
-    from op_tools.protocol import Phase
-    from op_tools.tool import OpTool
-
-    class EmptyMode(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
-            return func(*args, **(kwargs or {}))
-
-    class NopObserver(OpTool):
-        env_prefix = "OP_NOP_OBSERVER"
-        phases = Phase.AFTER
-
-        def after(self, call: object, state: object, output: object) -> None:
-            return None
-
-        def on_backward(self, call: object, state: object, grad_inputs: dict, grad_outputs: dict) -> None:
-            return None
 
     if kind == "plain":
         return contextlib.nullcontext()
     if kind == "empty_mode":
-        return EmptyMode()
+        return empty_mode()
     if kind.startswith("nop_observer"):
-        tool = NopObserver(device="dipu")
-        if kind.endswith("backward"):
-            tool.phases = Phase.AFTER | Phase.BACKWARD
-        return tool
+        return nop_observer("dipu", backward=kind.endswith("backward"))
     return OpObserve(file=workdir / "observe.log", device="dipu", backward=kind == "observe_to_file")
 
 
