@@ -135,11 +135,6 @@ class _Engine:
                     self.mode = None
                 # else: a mode entered after ours is still on top; ours stays, passing calls through.
 
-    @staticmethod
-    def report(tool: Any, op: str, stage: str, exc: BaseException) -> None:
-        """One warning per tool and op name for a tool's internal failure."""
-        report_failure(tool, op, stage, exc)
-
 
 engine = _Engine()
 

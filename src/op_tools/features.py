@@ -23,11 +23,12 @@ from typing import Any
 from op_tools.autocompare import OpAutoCompare
 from op_tools.capture import OpCapture
 from op_tools.dtype_cast import OpDtypeCast
-from op_tools.engine import engine, run_call
+from op_tools.engine import run_call
 from op_tools.fallback import OpFallback
 from op_tools.naming import info_for_name, locate
 from op_tools.observe import OpObserve
 from op_tools.overflow import OpOverflowCheck
+from op_tools.protocol import report_failure
 from op_tools.time_measure import OpTimeMeasure
 from op_tools.tool import OpTool
 
@@ -114,7 +115,7 @@ def _wrap(original: Callable[..., Any], name: str, tool: OpTool,
             try:
                 wanted = bool(condition(*args, **kwargs))
             except Exception as exc:
-                engine.report(tool, name, "its condition", exc)
+                report_failure(tool, name, "its condition", exc)
                 wanted = False
             if not wanted:
                 return original(*args, **kwargs)
