@@ -13,6 +13,7 @@ from diopi.registry import (
     function_for_aten,
     functions,
     get_function,
+    operator_packet,
     register_function,
 )
 
@@ -20,6 +21,7 @@ __all__ = [
     "DiopiFunction",
     "UnknownFunctionError",
     "aten_packet_name",
+    "operator_packet",
     "function_for_aten",
     "functions",
     "get_function",

@@ -37,8 +37,11 @@ class DiopiFunction:
     """One operator of the interface.
 
     ``name`` is the DIOPI name (``diopiAdd``), ``signature`` its C-style prototype for documentation,
-    ``aten`` the ATen operator packets it serves (``("add", "add_")``), and ``tags`` describe it
-    (``random``: results are never compared by value; ``matmul``: affected by matmul precision).
+    ``aten`` the operator packets it serves (``("add", "add_")``; other namespaces than ``aten`` qualified,
+    ``"diopi::rms_norm"``), and ``tags`` describe it (``random``: results are never compared by value;
+    ``matmul``: affected by matmul precision; ``backward``: a gradient function). ``family`` is its table
+    (``"activation"``), ``backward`` the DIOPI function computing its gradients (or None), ``summary`` one line
+    for the reference page.
     """
 
     name: str
@@ -46,6 +49,9 @@ class DiopiFunction:
     aten: tuple[str, ...]
     tags: frozenset[str] = field(default_factory=frozenset)
     reference: Kernel = reference_impl
+    family: str = ""
+    backward: str | None = None
+    summary: str = ""
 
     @property
     def is_random(self) -> bool:
@@ -84,11 +90,33 @@ def functions() -> Iterator[DiopiFunction]:
 
 
 def aten_packet_name(op: torch._ops.OpOverload | str) -> str:
-    """``aten.add.Tensor`` / ``add.Tensor`` / OpOverload -> ``add``."""
+    """``aten.add.Tensor`` / ``add.Tensor`` / OpOverload -> ``add``; an operator of another namespace keeps
+    it: ``diopi::rms_norm`` / ``diopi.rms_norm.default`` -> ``diopi::rms_norm``."""
     if not isinstance(op, str):
-        return op._schema.name.split("::", 1)[-1]
-    name = op.removeprefix("aten.").removeprefix("aten::")
-    return name.split(".", 1)[0]
+        name = op._schema.name
+        return name[6:] if name.startswith("aten::") else name
+    if op.startswith("aten::") or op.startswith("aten."):
+        return op[5:].split(".", 1)[0]
+    if "::" in op:
+        namespace, rest = op.split("::", 1)
+        return f"{namespace}::{rest.split('.', 1)[0]}"
+    parts = op.split(".")
+    if len(parts) >= 2 and parts[0] in _CUSTOM_NAMESPACES:
+        return f"{parts[0]}::{parts[1]}"
+    return parts[0]
+
+
+#: Operator namespaces besides ``aten`` whose packets the table names (``diopi::rms_norm``).
+_CUSTOM_NAMESPACES = {"diopi"}
+
+
+def operator_packet(packet: str) -> torch._ops.OpOverloadPacket | None:
+    """The operator packet named ``packet`` (``silu``, ``diopi::rms_norm``), or None when torch has none."""
+    namespace, _, name = packet.rpartition("::")
+    try:
+        return getattr(getattr(torch.ops, namespace or "aten"), name)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def function_for_aten(op: torch._ops.OpOverload | str) -> DiopiFunction | None:
