@@ -25,6 +25,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
           "w1_autocompare_rss_growth"}),
         ("bench_engine_call.py", ["--calls", "200", "--rounds", "1"],
          {"engine_call_nop_observer", "engine_call_observe_to_file"}),
+        ("bench_conformance.py", ["--workers", "1", "--functions", "diopiAdd"],
+         {"conformance_gen_s", "conformance_run_impl_droplet_s", "cases"}),
         ("bench_observe_breakdown.py", ["--rounds", "1", "--steps", "1"],
          {"w1_step_empty_mode_dipu", "w1_step_nop_observer_dipu", "w1_step_nop_observer_backward_dipu",
           "w1_step_observe_no_backward_dipu", "w1_step_observe_to_file_dipu"}),

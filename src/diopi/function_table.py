@@ -7,6 +7,7 @@ schema of the first packet it serves, in DIOPI naming.
 
 from __future__ import annotations
 
+import diopi.custom_ops  # noqa: F401  (defines the diopi:: operators the tables name)
 from diopi.functions import rows
 from diopi.host_kernels import REFERENCES
 from diopi.registry import DiopiFunction, operator_packet, reference_impl, register_function

@@ -122,3 +122,30 @@ def operator_packet(packet: str) -> torch._ops.OpOverloadPacket | None:
 def function_for_aten(op: torch._ops.OpOverload | str) -> DiopiFunction | None:
     """The DIOPI function serving an ATen overload, or None when the interface has none."""
     return _BY_ATEN_PACKET.get(aten_packet_name(op))
+
+
+def qualified_name(op: torch._ops.OpOverload) -> str:
+    """``aten::silu_backward`` / ``aten::max.other``: the overload's name in the dispatcher."""
+    overload = op._overloadname
+    return op._schema.name + ("" if overload == "default" else f".{overload}")
+
+
+def dispatcher_overloads(packet: str) -> list[torch._ops.OpOverload]:
+    """The overloads of table packet ``packet`` that the dispatcher knows (TorchScript-only ones left out)."""
+    packet_op = operator_packet(packet)
+    if packet_op is None:
+        return []
+    found = []
+    for overload in packet_op.overloads():
+        try:
+            op = getattr(packet_op, overload)
+            torch._C._dispatch_has_kernel_for_dispatch_key(qualified_name(op), "CompositeImplicitAutograd")
+        except (AttributeError, RuntimeError):
+            continue
+        found.append(op)
+    return found
+
+
+def is_composite(op: torch._ops.OpOverload) -> bool:
+    """Whether PyTorch decomposes ``op`` before any backend sees it (a CompositeImplicitAutograd kernel)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(qualified_name(op), "CompositeImplicitAutograd")

@@ -114,6 +114,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     report.add_arguments(p)
     p.set_defaults(handler=report.run)
+
+    from diopi.conformance import cli as conformance
+
+    p = commands.add_parser(
+        "conformance",
+        help="the DIOPI conformance suite: count, gen (reference data), run (--impl VENDOR | --device DEV)",
+        description="Same as `python -m diopi.conformance`: count the cases, generate their reference data on the "
+                    "CPU, and judge a DIOPI implementation or a torch device on them (docs/conformance.md).",
+    )
+    subcommands = conformance.add_arguments(p)
+    p.set_defaults(handler=conformance.handle)
+    from op_tools import conformance_cases
+
+    p = subcommands.add_parser("from-capture", help="turn OpCapture output into conformance cases of the DIOPI "
+                                                    "functions the captured calls make (model cases)")
+    conformance_cases.add_arguments(p)
+    p.set_defaults(handler=conformance_cases.run)
     return parser
 
 

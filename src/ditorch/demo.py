@@ -134,7 +134,7 @@ def fault_switches(target: torch.device, fault: str) -> AbstractContextManager:
     except ValueError as exc:
         raise DemoError(str(exc)) from None
     if not faults:
-        raise DemoError("--fault: no fault given (example: --fault mm:bias:0.5)")
+        raise DemoError("--fault: no fault given (example: --fault linear:bias:0.5)")
     return droplet.switches(faults=faults)
 
 

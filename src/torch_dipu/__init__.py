@@ -9,9 +9,11 @@ from __future__ import annotations
 import torch
 
 from torch_dipu import device_module, dispatch, kernels
+from torch_dipu.call_counter import count_function_calls
 from torch_dipu.config import DipuConfig
 from torch_dipu.generators import DipuGenerator
 from torch_dipu.memory import MemoryTracker
+from torch_dipu.reachable import reachability
 from torch_dipu.registration import DEVICE_NAME, register_device
 from torch_dipu.runtime import DeviceRuntime, UnsupportedDtypeError
 from torch_dipu.state import DipuState, get_state, set_state
@@ -20,7 +22,7 @@ from torch_dipu.vendors import load_vendor
 
 __all__ = [
     "DEVICE_NAME", "DeviceRuntime", "DipuGenerator", "DipuTensor", "UnsupportedDtypeError", "backward_errors",
-    "fallback_ops", "runtime", "set_force_fallback",
+    "count_function_calls", "fallback_ops", "reachability", "runtime", "set_force_fallback",
 ]
 __version__ = "0.1.0"
 

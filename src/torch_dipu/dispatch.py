@@ -25,6 +25,11 @@ _profiling = torch._C._autograd._profiler_enabled  # one C flag read per kernel,
 _record_function = torch.profiler.record_function
 
 
+#: Set by :mod:`torch_dipu.call_counter` while it counts: wraps the handler of every overload a vendor kernel
+#: serves, given the DIOPI function's name. None (the default) costs nothing per call.
+vendor_handler_wrapper: Callable[[Handler, str], Handler] | None = None
+
+
 def clear_handlers() -> None:
     """Forget every built handler (after the fallback list or vendor switches change)."""
     _HANDLERS.clear()
@@ -303,6 +308,8 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             with kernels.host_rng_from(generators[device.index]):
                 return draw_on_host_rng(args, kwargs)
 
+    if vendor_handler_wrapper is not None and plan.kind == "vendor" and plan.function is not None:
+        handler = vendor_handler_wrapper(handler, plan.function.name)
     _HANDLERS[func] = handler
     return handler
 

@@ -16,6 +16,7 @@ import diopi
 from diopi import DiopiFunction
 from diopi.registry import reference_impl
 from torch_dipu.config import compile_patterns
+from torch_dipu.op_schema import returns_view
 from torch_dipu.state import DipuState
 
 log = logging.getLogger("torch_dipu")
@@ -73,11 +74,6 @@ def matches(patterns: list[re.Pattern[str]], func: torch._ops.OpOverload) -> boo
                for p in patterns)
 
 
-def returns_view(schema: torch._C.FunctionSchema) -> bool:
-    """Whether an overload returns a view of an input (an alias that it does not write)."""
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
-
-
 def _run_on_storage(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """Native and CPU-fallback kernel: the ATen overload itself, on the storage tensors. Storage tensors
     are host tensors, so the CPU fallback needs no copies."""
@@ -127,13 +123,13 @@ def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
 
 
 def decomposes_before_dispatch(name: str) -> bool:
-    """Whether ATen operator ``name`` (``conv2d``, ``linear``) is CompositeImplicitAutograd in all its
-    overloads: PyTorch decomposes it before any device sees it, so it never runs as itself on dipu."""
-    packet = getattr(torch.ops.aten, name, None)
-    if packet is None:
-        return False
-    names = [f"aten::{name}" + ("" if o == "default" else f".{o}") for o in packet.overloads()]
-    return all(torch._C._dispatch_has_kernel_for_dispatch_key(n, "CompositeImplicitAutograd") for n in names)
+    """Whether ATen operator ``name`` (``conv2d``) is CompositeImplicitAutograd in all its overloads and
+    torch_dipu claims none of them (:mod:`torch_dipu.claims`): PyTorch decomposes it before any device sees it,
+    so it never runs as itself on dipu."""
+    from torch_dipu import claims  # claims builds on this module
+
+    overloads = claims.dispatcher_overloads(name)
+    return bool(overloads) and all(claims.is_composite(op) and not claims.is_claimed(op) for op in overloads)
 
 
 def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
@@ -144,7 +140,7 @@ def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
         if re.fullmatch(r"\w+", name) and decomposes_before_dispatch(name):
             warnings.warn(
                 f"DIPU_FORCE_FALLBACK_OPS_LIST entry {name!r} never matches: PyTorch decomposes aten.{name} "
-                "before it reaches a device (conv2d runs as convolution, linear as addmm/mm). Name the "
+                "before it reaches a device (conv2d runs as convolution). Name the "
                 "operators it runs as; DIPU_LOG_FALLBACK_INFO=1 or torch_dipu.fallback_ops() list them.",
                 stacklevel=2,
             )

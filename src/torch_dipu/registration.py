@@ -9,6 +9,7 @@ import torch
 from torch_dipu import (
     accelerator,
     autocast,
+    claims,
     compile_default,
     composites,
     device_module,
@@ -77,6 +78,7 @@ def register_device() -> None:
     _KEEPALIVE.extend([aten_impls, fallbacks])  # registrations live only as long as their Library
     factories.register(aten_impls)
     composites.register(aten_impls)
+    claims.install()  # after composites: their kernels stay
     pinned.register(aten_impls)
     autocast.register(aten_impls, fallbacks)
     accelerator.install()

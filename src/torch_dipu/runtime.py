@@ -16,16 +16,9 @@ from typing import Any
 import torch
 
 from diopi import DiopiFunction
+from diopi.impls import UnsupportedDtypeError  # noqa: F401  (one class: vendor kernels raise it, so does torch_dipu)
 
 Kernel = Callable[..., Any]
-
-
-class UnsupportedDtypeError(RuntimeError):
-    """An operator or tensor uses a dtype the active device does not support (e.g. float64 on many NPUs).
-
-    A RuntimeError, not a TypeError: Python's operator syntax (``a + b``) would turn a TypeError into
-    "unsupported operand type(s)" and hide which operator and dtype are at fault.
-    """
 
 
 class DeviceRuntime(ABC):

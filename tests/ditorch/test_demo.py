@@ -102,10 +102,11 @@ def test_native_accelerator_reports_torch_accelerator(monkeypatch):
 # -- --autocompare and --fault (one step: OpAutoCompare makes the demo several times slower) ---------
 
 def test_demo_fault_is_named_by_autocompare(tmp_path):
-    proc = run_ditorch("demo", "--steps", "1", "--fault", "mm:bias:0.5", "--results-dir", str(tmp_path), timeout=300)
+    proc = run_ditorch("demo", "--steps", "1", "--fault", "linear:bias:0.5", "--results-dir", str(tmp_path),
+                       timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # the tool found the fault: the rehearsal worked
     out = proc.stdout
-    assert "fault: mm:bias:0.5" in out
+    assert "fault: linear:bias:0.5" in out
     first = next(line for line in out.splitlines() if line.startswith("first FAIL:"))
     assert first.startswith("first FAIL: torch.nn.functional.linear forward "), first
     report = Path(next(line for line in out.splitlines() if line.startswith("report: ")).removeprefix("report: "))

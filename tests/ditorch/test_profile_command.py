@@ -57,7 +57,7 @@ def test_profile_writes_trace_prints_table_and_propagates_exit_status(script, tm
     assert "script result" in proc.stdout
     seen = names(out)
     assert {"torch.nn.functional.linear", "torch.Tensor.relu", "torch.Tensor.sum", "torch.randn"} <= seen
-    assert {"diopiMm", "diopiRelu", "diopiSum"} <= seen
+    assert {"diopiLinear", "diopiRelu", "diopiSum"} <= seen
     assert "Self CPU time total" in proc.stderr and "Name" in proc.stderr
     table = proc.stderr.split("Self CPU time total")[0]
     header = next(i for i, line in enumerate(table.splitlines()) if "Name" in line)
@@ -79,12 +79,12 @@ def test_default_path_in_results_dir_and_exception_still_writes_the_trace(script
 
 
 def test_default_path_in_cwd_and_forced_fallback_named(script, tmp_path):
-    proc = ditorch("profile", "--", str(script), cwd=tmp_path, env={"DIPU_FORCE_FALLBACK_OPS_LIST": "mm"})
+    proc = ditorch("profile", "--", str(script), cwd=tmp_path, env={"DIPU_FORCE_FALLBACK_OPS_LIST": "linear"})
     assert proc.returncode == 0, proc.stderr
     traces = list(tmp_path.glob("ditorch_profile_*.json"))
     assert len(traces) == 1
     seen = names(traces[0])
-    assert "fallback::aten.mm" in seen and "diopiMm" not in seen
+    assert "fallback::aten.linear" in seen and "diopiLinear" not in seen
     assert "torch.nn.functional.linear" in seen
 
 

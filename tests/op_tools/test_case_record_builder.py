@@ -50,7 +50,7 @@ REQUIRED = {"format", "version", "op", "id", "step", "rank", "call_site", "devic
 
 
 def test_autocompare_and_capture_cases_have_the_same_fields_and_replay(tmp_path: Path) -> None:
-    failed = _autocompare_case(tmp_path, "mm:bias:0.5", "forward")
+    failed = _autocompare_case(tmp_path, "linear|mm:bias:0.5", "forward")
     captured = _capture_case(tmp_path)
     a, c = _record(failed), _record(captured)
     assert set(a) == set(c), set(a) ^ set(c)

@@ -65,15 +65,15 @@ def test_losses_are_bitwise_unchanged(tmp_path: Path) -> None:
 
 
 FAULTS = [
-    ("mm:bias:0.5", "torch.nn.functional.linear", "forward"),
-    ("mm:noncontig", "torch.nn.functional.linear", "forward"),
+    ("linear:bias:0.5", "torch.nn.functional.linear", "forward"),
+    ("mm:noncontig", "torch.nn.functional.linear", "backward"),
     ("silu:noise:0.05", "torch.nn.functional.silu", "forward"),
     ("mul.Tensor:nan", "torch.Tensor.mul", "forward"),
     ("mm:grad:2", "torch.nn.functional.linear", "backward"),
     ("_log_softmax_backward_data:grad:2", "torch.nn.functional.cross_entropy", "backward"),
     ("_foreach_lerp_.*:inplace_lost", "torch._foreach_lerp_", "forward"),
     ("_foreach_addcdiv_.*:bias", "torch._foreach_addcdiv_", "forward"),
-    ("mm:nan", "torch.nn.functional.linear", "forward"),
+    ("linear:nan", "torch.nn.functional.linear", "forward"),
     ("rsqrt:noise:0.05", "torch.rsqrt", "forward"),
     ("add.Tensor:noncontig", "torch.Tensor.add", "forward"),
     ("embedding_dense_backward:grad:2", "torch.nn.functional.embedding", "backward"),
@@ -144,7 +144,7 @@ def test_tolerances_come_from_the_environment(tmp_path: Path, monkeypatch: pytes
 def test_rows_files_and_saved_case_replay(tmp_path: Path) -> None:
     x = torch.randn(3, 5, device="dipu", requires_grad=True)
     w = torch.randn(4, 5, device="dipu", requires_grad=True)
-    with switches(faults="mm:bias:0.5"):
+    with switches(faults="linear:bias:0.5"):
         with OpAutoCompare(results_dir=tmp_path, run_id="r") as tool:
             torch.nn.functional.linear(x, w).sum().backward()
         assert tool.run_dir == tmp_path / "op_autocompare" / "r" / "rank0"

@@ -298,7 +298,7 @@ def test_capture_on_dipu_replays_on_cpu_and_finds_a_faulty_kernel(tmp_path: Path
     assert same.device == "dipu:0" and same.status == "PASS" and same.bitwise_forward and same.bitwise_backward
     on_cpu = replay_case(case_dir, ReplayOptions(device="cpu"))
     assert on_cpu.device == "cpu" and on_cpu.status == "PASS"
-    with switches(faults="mm:bias:0.5"):
+    with switches(faults="linear:bias:0.5"):
         faulty = replay_case(case_dir)
     assert faulty.status == "FAIL" and faulty.forward == "FAIL" and not faulty.bitwise_forward
     assert "outside" in faulty.message

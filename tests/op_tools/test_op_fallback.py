@@ -33,7 +33,7 @@ def test_a_faulty_op_is_right_under_fallback_forward_and_backward(tmp_path: Path
     wc = w.clone().requires_grad_()
     F.linear(x, wc).sum().backward()
     xd, wd = x.to("dipu"), w.to("dipu").requires_grad_()
-    with droplet.switches(faults="mm:bias:0.5"):
+    with droplet.switches(faults="linear|mm:bias:0.5"):
         _exact(F.linear(xd, wd), F.linear(x, w) + 0.5)  # the fault is there
         with OpFallback(ops="torch.nn.functional.linear", results_dir=tmp_path, run_id="r") as fb:
             y = F.linear(xd, wd)

@@ -104,7 +104,7 @@ def test_clean_w1_steps_flag_nothing_and_keep_losses_bitwise(clean_w1) -> None:
 
 
 @pytest.mark.parametrize(("fault", "name", "phase"), [
-    ("mm:nan", "torch.nn.functional.linear", "forward"),
+    ("linear:nan", "torch.nn.functional.linear", "forward"),
     ("nll_loss_backward:nan", "torch.nn.functional.cross_entropy", "backward"),
     (".*_backward:nan", "torch.nn.functional.cross_entropy", "backward"),
 ])

@@ -69,7 +69,7 @@ _SLOW_SCRIPT = textwrap.dedent("""
             with OpTimeMeasure(mode=mode, device="dipu", results_dir=results,
                                run_id=f"{mode}-plain{attempt}", top=0) as plain:
                 small_model()
-            with switches(faults="mm:slow:5"), OpTimeMeasure(mode=mode, device="dipu", results_dir=results,
+            with switches(faults="linear|mm:slow:5"), OpTimeMeasure(mode=mode, device="dipu", results_dir=results,
                                                              run_id=f"{mode}-slow{attempt}", top=3) as tool:
                 small_model()
             # mm sleeps 5 ms; linear's backward runs mm twice

@@ -57,17 +57,17 @@ def test_w1_step_on_dipu_trace_names_api_calls_and_diopi_functions(tmp_path):
         prof = _profile(step)
     events = _trace(prof, tmp_path)
     names = {e.get("name") for e in events}
-    # linear without bias runs as aten::mm on the device (function_table: diopiMm | mm)
+    # linear runs as the vendor's fused linear on the device (torch_dipu claims the composite aten.linear)
     assert "torch.nn.functional.linear" in names
-    assert "diopiMm" in names
+    assert "diopiLinear" in names
     assert {"torch.nn.functional.embedding", "diopiEmbedding", "torch.nn.functional.cross_entropy"} <= names
     assert "diopiEmbeddingBackward" in names  # backward kernels are named too
     assert any(n and n.startswith("aten::") for n in names)
 
-    # each diopiMm of a forward linear lies inside a torch.nn.functional.linear range of the same thread
+    # each diopiLinear of a forward linear lies inside a torch.nn.functional.linear range of the same thread
     ranges = [e for e in events if e.get("ph") == "X"]
     linears = [e for e in ranges if e["name"] == "torch.nn.functional.linear"]
-    mms = [e for e in ranges if e["name"] == "diopiMm"]
+    mms = [e for e in ranges if e["name"] == "diopiLinear"]
     inside = [m for m in mms if any(lin["tid"] == m["tid"] and lin["ts"] <= m["ts"]
                                     and m["ts"] + m["dur"] <= lin["ts"] + lin["dur"] for lin in linears)]
     assert len(inside) >= len(linears) > 0
@@ -85,7 +85,7 @@ def test_acting_tool_calls_are_ranges_and_results_unchanged(tmp_path):
     assert tool.seen == ["torch.nn.functional.linear", "torch.Tensor.add"]
     names = [e.get("name") for e in _trace(prof, tmp_path)]
     assert names.count("torch.nn.functional.linear") == 1 and names.count("torch.Tensor.add") == 1
-    assert "diopiMm" in names and "diopiAdd" in names
+    assert "diopiLinear" in names and "diopiAdd" in names
 
 
 def test_no_record_function_without_the_profiler(monkeypatch):
@@ -112,7 +112,7 @@ def test_no_record_function_without_the_profiler(monkeypatch):
     w = x.detach()
     with OpProfilerRanges():
         _profile(lambda: torch.nn.functional.linear(w, w))
-    assert "torch.nn.functional.linear" in calls and "diopiMm" in calls
+    assert "torch.nn.functional.linear" in calls and "diopiLinear" in calls
 
 
 def test_profiler_ranges_tool_acts_on_nothing():

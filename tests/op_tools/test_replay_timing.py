@@ -60,7 +60,7 @@ def test_slow_fault_shows_in_the_replayed_forward_time(tmp_path: Path, capsys: p
     # replayed without the fault in this run (milliseconds apart, whatever the machine's speed).
     normal_err = _replay(capsys, run_dir, tmp_path / "normal", "--run_times", "5")
     normal = statistics.median(_run_times(normal_err, "forward")[1:])
-    with switches(faults=f"mm:slow:{DELAY_MS:g}"):
+    with switches(faults=f"linear|mm:slow:{DELAY_MS:g}"):
         err = _replay(capsys, run_dir, tmp_path / "faulty", "--run_times", "3")
     forward = _run_times(err, "forward")
     assert len(forward) == 3 and len(_run_times(err, "backward")) == 3

@@ -36,7 +36,7 @@ def test_expectations_name_known_modules() -> None:
 @pytest.mark.parametrize(
     ("name", "mode", "fault"),
     [
-        ("nn.Linear", "forward-eval", "addmm:bias:0.5"),
+        ("nn.Linear", "forward-eval", "linear:bias:0.5"),
         ("nn.LSTM", "forward-train", "_thnn_fused_lstm_cell:noise:0.01"),
         ("nn.GRUCell", "backward-train", "_thnn_fused_gru_cell_backward:grad:1.5"),
         ("nn.BatchNorm2d", "forward-train", "native_batch_norm:nan"),

@@ -53,9 +53,9 @@ class Values:
 class Input:
     """A tensor input. ``dtype`` fixes its dtype (an index tensor is int64 whatever the case's dtype is);
     ``values`` overrides the config's value generator; ``grad`` marks it as differentiable when the config is
-    run backward (``from_forward`` functions); ``optional`` inputs are also tried as None when a params entry
-    ``"<name>=None"`` is listed; ``list_of`` makes it a list of that many tensors (``cat``, ``_foreach_*``),
-    each with the shape given for it."""
+    run backward (``from_forward`` functions); an optional input is also tried as None with a params entry
+    ``"<name>=None": [False, True]`` (True: the input is passed as None); ``list_of`` makes it a list of that
+    many tensors (``cat``, ``_foreach_*``), each with the shape given for it."""
 
     dtype: torch.dtype | None = None
     values: Values | None = None

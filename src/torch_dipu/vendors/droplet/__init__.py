@@ -1,6 +1,7 @@
 """droplet: the reference vendor, a simulated accelerator whose memory lives in host RAM.
 
-Kernels are the DIOPI reference implementation. Switches (environment or Python) make it behave
+Kernels are droplet's DIOPI implementation (:mod:`diopi.impl.droplet`: the reference kernels with traits and
+faults, the same ones ``ditorch conformance run --impl droplet`` calls). Switches (environment or Python) make it behave
 like a real chip: unsupported dtypes, lower-precision float32 matmul, a memory capacity, a device
 count (1 unless asked for more), and injected faults. See docs/droplet.md.
 
@@ -16,13 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 from collections.abc import Iterator
 from typing import Any
 
-from torch_dipu.vendors.droplet.faults import DEFAULT_PARAMS, Fault, parse_faults
+from diopi.impl.droplet import DEFAULT_PARAMS, DropletTraits, Fault, faults_from_env, parse_faults, parse_size
 from torch_dipu.vendors.droplet.runtime import DropletRuntime
-from torch_dipu.vendors.droplet.traits import DropletTraits, parse_size
 
 __all__ = ["DEFAULT_PARAMS", "DropletRuntime", "DropletTraits", "Fault", "configure", "parse_faults",
            "parse_size", "runtime", "switches", "vendor"]
@@ -30,7 +29,7 @@ __all__ = ["DEFAULT_PARAMS", "DropletRuntime", "DropletTraits", "Fault", "config
 
 def vendor() -> DropletRuntime:
     """Entry point ``torch_dipu.vendors:droplet``: a runtime configured from the environment."""
-    return DropletRuntime(DropletTraits.from_env(), parse_faults(os.environ.get("DROPLET_FAULTS", "")))
+    return DropletRuntime(DropletTraits.from_env(), faults_from_env())
 
 
 def runtime() -> DropletRuntime:

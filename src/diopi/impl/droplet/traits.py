@@ -1,12 +1,24 @@
-"""droplet's traits: the switches that make the simulated chip behave like a real one."""
+"""droplet's traits: the switches that make the simulated chip behave like a real one, read from the
+``DROPLET_*`` environment variables (the one place they are read, ``DROPLET_FAULTS`` included).
+
+The kernels (:mod:`diopi.impl.droplet.impl`) use ``unsupported_dtypes`` and ``matmul_precision``; torch_dipu's
+droplet runtime uses ``device_count`` and ``memory_capacity`` too.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
+
+from diopi.case_format import CaseFormatError, dtype_from_name
+from diopi.env import split_list
+from diopi.impl.droplet.faults import Fault, parse_faults
+
+__all__ = ["MATMUL_PRECISIONS", "DropletTraits", "faults_from_env", "parse_dtype", "parse_dtypes", "parse_size"]
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -23,10 +35,18 @@ def parse_size(text: str, source: str = "DROPLET_MEMORY_CAPACITY") -> int:
 
 
 def parse_dtype(name: str, source: str = "DROPLET_UNSUPPORTED_DTYPES") -> torch.dtype:
-    dtype = getattr(torch, name.strip().removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"{source}: {name!r} is not a torch dtype (examples: float64, bfloat16)")
-    return dtype
+    """``"float64"`` / ``"torch.float64"`` -> ``torch.float64``; anything else raises naming ``source``."""
+    try:
+        return dtype_from_name(name.strip().removeprefix("torch."))
+    except CaseFormatError:
+        raise ValueError(f"{source}: {name!r} is not a torch dtype (examples: float64, bfloat16)") from None
+
+
+def parse_dtypes(value: str | Iterable[torch.dtype | str], source: str = "DROPLET_UNSUPPORTED_DTYPES",
+                 ) -> frozenset[torch.dtype]:
+    """A comma-separated list of dtype names, or an iterable of dtypes and names, as a set of dtypes."""
+    items = split_list(value) if isinstance(value, str) else list(value)
+    return frozenset(d if isinstance(d, torch.dtype) else parse_dtype(d, source) for d in items)
 
 
 @dataclass
@@ -50,8 +70,10 @@ class DropletTraits:
             )
 
     @classmethod
-    def from_env(cls) -> DropletTraits:
-        env = os.environ
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DropletTraits:
+        """The traits ``DROPLET_DEVICE_COUNT``, ``DROPLET_MEMORY_CAPACITY``, ``DROPLET_UNSUPPORTED_DTYPES`` and
+        ``DROPLET_MATMUL_PRECISION`` ask for (``env`` defaults to ``os.environ``)."""
+        env = os.environ if env is None else env
         traits = cls()
         if env.get("DROPLET_DEVICE_COUNT"):
             try:
@@ -61,9 +83,14 @@ class DropletTraits:
         if env.get("DROPLET_MEMORY_CAPACITY"):
             traits.memory_capacity = parse_size(env["DROPLET_MEMORY_CAPACITY"])
         if env.get("DROPLET_UNSUPPORTED_DTYPES"):
-            names = [n for n in env["DROPLET_UNSUPPORTED_DTYPES"].split(",") if n.strip()]
-            traits.unsupported_dtypes = frozenset(parse_dtype(n) for n in names)
+            traits.unsupported_dtypes = parse_dtypes(env["DROPLET_UNSUPPORTED_DTYPES"])
         if env.get("DROPLET_MATMUL_PRECISION"):
             traits.matmul_precision = env["DROPLET_MATMUL_PRECISION"].strip().lower()
         traits.validate()
         return traits
+
+
+def faults_from_env(env: Mapping[str, str] | None = None) -> list[Fault]:
+    """The faults ``DROPLET_FAULTS`` asks for (``env`` defaults to ``os.environ``); grammar in
+    :mod:`diopi.impl.droplet.faults`."""
+    return parse_faults((os.environ if env is None else env).get("DROPLET_FAULTS", ""))

@@ -1,8 +1,9 @@
-"""Fault injection for droplet: ``DROPLET_FAULTS`` entries ``op-pattern:fault[:param]``, comma-separated.
+"""Fault injection for droplet: ``DROPLET_FAULTS`` entries ``pattern:fault[:param]``, comma-separated.
 
-``op-pattern`` is a whole-name regular expression over ATen overload names (``add.Tensor``, ``mm``,
-``.*_backward``), as in ``DIPU_FORCE_FALLBACK_OPS_LIST``. Faults affect only droplet's own kernels:
-an operator forced to CPU fallback runs correctly, which is how a user proves an operator is at fault.
+``pattern`` is a whole-name regular expression over ATen overload names (``add.Tensor``, ``mm``,
+``.*_backward``, an ``aten.`` prefix is allowed), as in ``DIPU_FORCE_FALLBACK_OPS_LIST``, or over DIOPI function
+names (``diopiSiluBackward``, ``diopi(Add|Mul)``). Faults affect only droplet's own kernels: on dipu, an operator
+forced to CPU fallback runs correctly, which is how a user proves an operator is at fault.
 
 =============  =========================================================  ===============
 fault          effect on the operator's floating-point results            param (default)
@@ -12,22 +13,32 @@ noise          adds relative Gaussian noise: ``x + x * N(0, sigma)``      sigma 
 nan            writes NaN into the first element                          -
 noncontig      reads non-contiguous inputs as if contiguous (wrong data)  -
 inplace_lost   drops the write of an in-place / ``out=`` operator         -
-grad           scales results computed during ``backward()``              factor (2.0)
+grad           scales results computed during ``backward()``, and every   factor (2.0)
+               result of a backward function (tag ``backward``)
 slow           sleeps before running                                      milliseconds (10)
 =============  =========================================================  ===============
+
+``grad`` tells backward from forward by the autograd engine: a kernel run while ``backward()`` executes a graph
+(``torch._C._current_graph_task_id() != -1``) is scaled. A kernel called directly, with no autograd running
+(``ditorch conformance run --impl droplet``), is scaled when its DIOPI function is a backward function (tag
+``backward``: ``diopiSiluBackward``, ``diopiConvolution2dBackward``); a forward function is left alone, as it is
+outside ``backward()`` on dipu.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from torch_dipu.config import compile_patterns
+from diopi.env import compile_op_list, op_list_matches, split_list
+from diopi.impl import tensors, written_arguments
+from diopi.registry import DiopiFunction, Kernel, aten_packet_name
+
+__all__ = ["DEFAULT_PARAMS", "Fault", "inject", "op_names", "parse_faults"]
 
 DEFAULT_PARAMS: dict[str, float | None] = {
     "bias": 1.0,
@@ -38,12 +49,21 @@ DEFAULT_PARAMS: dict[str, float | None] = {
     "grad": 2.0,
     "slow": 10.0,
 }
-Kernel = Callable[..., Any]
+#: An ``aten.`` / ``aten::`` prefix of a pattern is dropped (the names log lines print).
+ATEN_PREFIXES = ("aten.", "aten::")
+
+
+def op_names(op: torch._ops.OpOverload) -> tuple[str, ...]:
+    """The names a pattern may match for ``op``: ``add.Tensor``, ``add``; the default overload is named by its
+    packet alone (``mm``) and as ``mm.default``."""
+    packet = aten_packet_name(op)
+    overload = op._overloadname
+    return (packet if overload == "default" else f"{packet}.{overload}", packet, f"{packet}.{overload}")
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One parsed ``DROPLET_FAULTS`` entry (``pattern`` is a whole-name regex over operator names)."""
+    """One parsed ``DROPLET_FAULTS`` entry (``pattern`` is a whole-name regex over operator or function names)."""
 
     pattern: str
     kind: str
@@ -51,18 +71,20 @@ class Fault:
 
     @property
     def regex(self) -> re.Pattern[str]:
-        return compile_patterns([self.pattern], "DROPLET_FAULTS")[0]
+        return compile_op_list([self.pattern], "DROPLET_FAULTS", ATEN_PREFIXES)[0]
+
+    def matches(self, fn: DiopiFunction, op: torch._ops.OpOverload) -> bool:
+        """Whether the pattern names ``op`` (an ATen name) or its DIOPI function ``fn``."""
+        return op_list_matches([self.regex], *op_names(op), fn.name)
 
     def __str__(self) -> str:
         return f"{self.pattern}:{self.kind}" + ("" if self.param is None else f":{self.param:g}")
 
 
 def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
-    """Parse ``op-pattern:fault[:param],...``; a malformed entry raises ValueError naming it."""
+    """Parse ``pattern:fault[:param],...``; a malformed entry raises ValueError naming it."""
     faults = []
-    for entry in (e.strip() for e in text.split(",")):
-        if not entry:
-            continue
+    for entry in split_list(text):
         parts = entry.split(":")
         if len(parts) >= 2 and parts[-1] in DEFAULT_PARAMS:
             pattern, kind, raw_param = ":".join(parts[:-1]), parts[-1], None
@@ -77,7 +99,7 @@ def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
         if not pattern:
             raise ValueError(f"{source} entry {entry!r} has an empty op pattern")
         try:
-            compile_patterns([pattern], source)
+            compile_op_list([pattern], source, ATEN_PREFIXES)
         except ValueError as exc:
             raise ValueError(f"{source} entry {entry!r}: {pattern!r} is not a valid regular expression: "
                              f"{str(exc).rpartition('regular expression: ')[2]}") from None
@@ -93,24 +115,8 @@ def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
     return faults
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
 def _float_results(result: Any) -> list[torch.Tensor]:
-    return [t for t in _tensors(result) if t.is_floating_point() and t.numel() > 0]
-
-
-def _written_positions(op: torch._ops.OpOverload) -> tuple[list[int], list[str]]:
-    positions, names = [], []
-    for i, arg in enumerate(op._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            (names if arg.kwarg_only else positions).append(arg.name if arg.kwarg_only else i)
-    return positions, names
+    return [t for t in tensors(result) if t.is_floating_point() and t.numel() > 0]
 
 
 def _scratch_copy(value: Any) -> Any:
@@ -135,8 +141,9 @@ def _noise_generator() -> torch.Generator:
     return torch.Generator().manual_seed(20240607)
 
 
-def inject(kernel: Kernel, fault: Fault, op: torch._ops.OpOverload) -> Kernel:
-    """Wrap ``kernel`` so that it misbehaves as ``fault`` says."""
+def inject(kernel: Kernel, fault: Fault, op: torch._ops.OpOverload, backward_function: bool = False) -> Kernel:
+    """Wrap ``kernel`` so that it misbehaves as ``fault`` says. ``backward_function``: the kernel computes a
+    gradient function (the ``grad`` fault then applies outside ``backward()`` too)."""
     kind, param = fault.kind, fault.param
 
     if kind == "slow":
@@ -157,7 +164,7 @@ def inject(kernel: Kernel, fault: Fault, op: torch._ops.OpOverload) -> Kernel:
             return kernel(o, *misread_all(args), **kwargs)
         return noncontig
 
-    positions, names = _written_positions(op)
+    positions, names = written_arguments(op)
 
     if kind == "inplace_lost":
         if not positions and not names:
@@ -182,7 +189,7 @@ def inject(kernel: Kernel, fault: Fault, op: torch._ops.OpOverload) -> Kernel:
     if kind == "grad":
         def grad(o: Any, *args: Any, **kwargs: Any) -> Any:
             result = kernel(o, *args, **kwargs)
-            if torch._C._current_graph_task_id() != -1:
+            if backward_function or torch._C._current_graph_task_id() != -1:
                 for t in affected(result, args, kwargs):
                     t.mul_(param)
             return result
