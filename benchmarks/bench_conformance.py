@@ -38,11 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/conformance.json"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--functions", default=None, help="only these DIOPI functions (regex, as the suite's)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="generate into DIR and keep it (to run other targets on the same data afterwards)")
     args = parser.parse_args(argv)
     select = ["--functions", args.functions] if args.functions else []
     workers = ["--workers", str(args.workers)]
     with tempfile.TemporaryDirectory(prefix="bench_conformance_") as tmp:
-        data, table = Path(tmp) / "data", Path(tmp) / "run.csv"
+        data, table = args.keep or Path(tmp) / "data", Path(tmp) / "run.csv"
         gen_s, gen = _conformance("gen", "--data", str(data), *workers, *select)
         if gen.returncode not in (0, 1):  # 1: some case's reference could not be computed (reported, counted)
             sys.stderr.write(gen.stdout + gen.stderr)

@@ -275,6 +275,8 @@ def _run(args: argparse.Namespace, suite: Suite, out: Callable[[str], None]) -> 
                 for chunk in pool.map(_run_chunk, [[str(p) for p in c] for c in _chunks(todo, 16)]):
                     results.extend(chunk)
                     progress.advance(task, len(chunk))
+    if hasattr(target, "close"):
+        target.close()
     order = {f: i for i, f in enumerate(functions)}
     results.sort(key=lambda r: (order.get(r.function, len(order)), r.case))
     title = f"DIOPI conformance: {target.name}"
@@ -290,7 +292,20 @@ def _run(args: argparse.Namespace, suite: Suite, out: Callable[[str], None]) -> 
     for line in report.summary_lines(results, args.verbose):
         out(line)
     failed = any(r.outcome in ("FAIL", "ERROR") for r in results)
+    for function in unreached(results):
+        out(f"UNREACHED {function}: none of its cases ran the device's kernel for it (the call decomposed before "
+            f"the device or fell back to the CPU)")
+        failed = True
     return 1 if failed else 0
+
+
+def unreached(results: list[CaseResult]) -> list[str]:
+    """Functions none of whose cases reached the device's kernel (only where the device counts its kernels)."""
+    reached: dict[str, bool] = {}
+    for r in results:
+        if r.reached:
+            reached[r.function] = reached.get(r.function, False) or r.reached == "yes"
+    return [f for f, ok in reached.items() if not ok]
 
 
 def handle(args: argparse.Namespace, extra: Iterable[Any] = ()) -> int:

@@ -16,6 +16,7 @@ the run fail); ``ERROR`` (the case itself cannot be used: missing or corrupted d
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import math
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class CaseResult:
     layout: str = ""
     max_abs_error: float = math.nan
     max_rel_error: float = math.nan
+    #: ``"yes"``/``"no"``: whether the call ran the device's kernel for this function (a device whose plug-in
+    #: counts its kernels, as torch_dipu does); empty where unknown.
+    reached: str = ""
 
 
 #: Exceptions that say "not implemented" rather than "wrong".
@@ -95,9 +99,10 @@ class DeviceTarget:
     def __init__(self, device: str) -> None:
         kind = device.split(":", 1)[0]
         plugin = DEVICE_PLUGINS.get(kind)
+        module = None
         if plugin is not None:
             try:
-                importlib.import_module(plugin)
+                module = importlib.import_module(plugin)
             except ImportError as exc:
                 raise TargetError(f"--device {device}: its PyTorch plug-in {plugin} cannot be imported ({exc})") \
                     from None
@@ -108,6 +113,21 @@ class DeviceTarget:
             raise TargetError(f"--device {device}: unknown or unavailable device ({first})") from None
         self.device = device
         self.name = f"device:{device}"
+        #: Kernel calls per DIOPI function, where the plug-in counts them (``count_function_calls``): open for
+        #: the target's life, so each case can tell whether it reached its function's kernel on the device.
+        self.calls = None
+        self._counting = None
+        counter = getattr(module, "count_function_calls", None)
+        if counter is not None:
+            self._counting = counter()
+            self.calls = self._counting.__enter__()
+            atexit.register(self.close)  # a worker process ends without cli's close(): close before shutdown
+
+    def close(self) -> None:
+        """Stop counting kernel calls (the plug-in's counters cost a little per call while open)."""
+        if self._counting is not None:
+            self._counting.__exit__(None, None, None)
+            self._counting = None
 
     def kernel(self, fn: diopi.DiopiFunction, op: torch._ops.OpOverload) -> Any:
         """The overload itself; a factory (an overload with a ``device`` keyword) makes its tensor on this
@@ -188,7 +208,11 @@ def run_case(path: Path, target: Any, device_config: DeviceConfig | None = None)
     seed = int(conf.get("seed", 0))
     try:
         torch.manual_seed(seed)
+        calls = getattr(target, "calls", None)
+        before = calls[fn.name] if calls is not None else 0
         output = _to_host(kernel(*args, **kwargs))
+        if calls is not None:
+            result.reached = "yes" if calls[fn.name] > before else "no"
     except NOT_IMPLEMENTED_ERRORS as exc:
         result.outcome, result.detail = "NOT_IMPLEMENTED", f"{type(exc).__name__}: {_first_line(exc)}"
         return result

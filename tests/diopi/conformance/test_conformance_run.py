@@ -140,3 +140,29 @@ def test_statistical_checks_accept_good_samples_and_name_what_is_wrong():
                         torch.tensor([[0, 2, 2], [3, 0, 1]])) == "an index drawn twice without replacement"
     assert check_random({"kind": "categorical"}, {}, [weights],
                         torch.tensor([[1, 2, 3], [3, 0, 1]])) == "a category of zero probability was drawn"
+
+
+def test_a_device_run_proves_each_function_reached_the_devices_kernel(data_dir, run_cli, tmp_path):
+    import csv
+
+    import torch_dipu
+
+    table = tmp_path / "run.csv"
+    status, out, _ = run_cli("run", "--device", "dipu", "--data", str(data_dir), "--csv", str(table),
+                             "--functions", "diopiMul,diopiSilu,diopiSiluBackward")
+    assert status == 0, out
+    with open(table, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {r["reached"] for r in rows} == {"yes"}
+    torch_dipu.set_force_fallback("mul|mul_")  # the CPU computes it: right values, but the vendor never ran
+    try:
+        status, out, _ = run_cli("run", "--device", "dipu", "--data", str(data_dir), "--csv", str(table),
+                                 "--functions", "diopiMul,diopiSilu")
+    finally:
+        torch_dipu.set_force_fallback("")
+    assert status == 1
+    assert "UNREACHED diopiMul: none of its cases ran the device's kernel" in out
+    assert "UNREACHED diopiSilu" not in out
+    with open(table, newline="") as f:
+        reached = {(r["function"], r["reached"]) for r in csv.DictReader(f)}
+    assert reached == {("diopiMul", "no"), ("diopiSilu", "yes")}
