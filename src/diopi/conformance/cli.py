@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from diopi.conformance.cases import ConfigError
 from diopi.conformance.device_config import DeviceConfig, DeviceConfigError, load_device_config
 from diopi.conformance.gen import FROM_CAPTURE_INDEX, GenResult, gen_function
-from diopi.conformance.run import CaseResult, TargetError, make_target, run_case
+from diopi.conformance.run import CaseResult, TargetError, device_reachability, make_target, run_case
 from diopi.conformance.suite import Suite, family_of, load_suite
 
 DEFAULT_DATA = "diopi_conformance_data"
@@ -78,6 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._SubParsersAction
 
     p = commands.add_parser("count", help="print the number of functions and cases, by family")
     common(p)
+    p.add_argument("--device", metavar="DEV", default=None,
+                   help="also count the functions whose calls reach DEV's kernels (asks the plug-in, e.g. torch_dipu)")
     p = commands.add_parser("gen", help="compute the reference data of every case on the CPU")
     common(p)
     work(p)
@@ -142,7 +144,21 @@ def _count(args: argparse.Namespace, suite: Suite, out: Callable[[str], None]) -
         if without:
             out(f"{len(without)} functions of the DIOPI table have no configs: {', '.join(without[:10])}"
                 + (", ..." if len(without) > 10 else ""))
+    if getattr(args, "device", None):
+        _count_reachable(args.device, _selected(suite, args.functions), out)
     return 0
+
+
+def _count_reachable(device: str, functions: list[str], out: Callable[[str], None]) -> None:
+    reach = device_reachability(device)
+    if reach is None:
+        out(f"{device}: its plug-in cannot tell which functions reach its kernels (run --device {device} proves it "
+            f"case by case where the plug-in counts its kernel calls)")
+        return
+    missing = [(f, reach.get(f) or "unknown to the plug-in") for f in functions if f not in reach or reach[f]]
+    out(f"{len(functions) - len(missing)} of {len(functions)} functions reach {device}'s kernels")
+    for function, why in missing:
+        out(f"  unreachable on {device}: {function}: {why}")
 
 
 def _progress(total: int, label: str) -> Any:

@@ -113,6 +113,7 @@ class DeviceTarget:
             raise TargetError(f"--device {device}: unknown or unavailable device ({first})") from None
         self.device = device
         self.name = f"device:{device}"
+        self.plugin = module
         #: Kernel calls per DIOPI function, where the plug-in counts them (``count_function_calls``): open for
         #: the target's life, so each case can tell whether it reached its function's kernel on the device.
         self.calls = None
@@ -142,6 +143,18 @@ class DeviceTarget:
             return op(*args, **kwargs)
 
         return on_device
+
+
+def device_reachability(device: str) -> dict[str, str | None] | None:
+    """For every DIOPI function: None when a call on ``device`` reaches the device's kernel for it, else why not;
+    None as a whole when the device's plug-in cannot tell (it has no ``reachability()``, as torch_dipu has)."""
+    target = DeviceTarget(device)
+    target.close()
+    report = getattr(target.plugin, "reachability", None)
+    if report is None:
+        return None
+    return {name: None if any(p.reachable for p in packets) else "; ".join(p.reason for p in packets if p.reason)
+            for name, packets in report().items()}
 
 
 def make_target(impl: str | None = None, device: str | None = None, options: dict[str, Any] | None = None) -> Any:

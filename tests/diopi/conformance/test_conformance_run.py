@@ -166,3 +166,23 @@ def test_a_device_run_proves_each_function_reached_the_devices_kernel(data_dir, 
     with open(table, newline="") as f:
         reached = {(r["function"], r["reached"]) for r in csv.DictReader(f)}
     assert reached == {("diopiMul", "no"), ("diopiSilu", "yes")}
+
+
+def test_count_reports_the_functions_that_reach_the_devices_kernels(capsys):
+    import torch_dipu
+    from diopi.conformance import cli
+
+    assert cli.main(["count", "--device", "dipu"]) == 0
+    out = capsys.readouterr().out
+    total = int(out.split(" functions,", 1)[0])
+    assert total >= 300 and f"{total} of {total} functions reach dipu's kernels" in out
+    torch_dipu.set_force_fallback("mul|mul_")
+    try:
+        assert cli.main(["count", "--device", "dipu", "--functions", "diopiMul,diopiAdd"]) == 0
+    finally:
+        torch_dipu.set_force_fallback("")
+    out = capsys.readouterr().out
+    assert "1 of 2 functions reach dipu's kernels" in out
+    assert "unreachable on dipu: diopiMul: forced to the CPU by DIPU_FORCE_FALLBACK_OPS_LIST" in out
+    assert cli.main(["count", "--device", "cpu", "--functions", "diopiAdd"]) == 0
+    assert "cannot tell which functions reach its kernels" in capsys.readouterr().out
