@@ -14,7 +14,8 @@ import torch
 
 import diopi
 from diopi import DiopiFunction
-from diopi.registry import reference_impl
+from diopi.registry import dispatcher_overloads, is_composite, reference_impl
+from torch_dipu import claims
 from torch_dipu.config import compile_patterns
 from torch_dipu.op_schema import returns_view
 from torch_dipu.state import DipuState
@@ -126,10 +127,8 @@ def decomposes_before_dispatch(name: str) -> bool:
     """Whether ATen operator ``name`` (``conv2d``) is CompositeImplicitAutograd in all its overloads and
     torch_dipu claims none of them (:mod:`torch_dipu.claims`): PyTorch decomposes it before any device sees it,
     so it never runs as itself on dipu."""
-    from torch_dipu import claims  # claims builds on this module
-
-    overloads = claims.dispatcher_overloads(name)
-    return bool(overloads) and all(claims.is_composite(op) and not claims.is_claimed(op) for op in overloads)
+    overloads = dispatcher_overloads(name)
+    return bool(overloads) and all(is_composite(op) and not claims.is_claimed(op) for op in overloads)
 
 
 def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
