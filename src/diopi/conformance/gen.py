@@ -26,6 +26,7 @@ from diopi import case_format as cf
 from diopi.conformance.cases import CaseSpec, ConfigError, bind, build_call, build_inputs, resolve_op
 from diopi.conformance.recording import RecordedCall, clone_args, record, record_backward
 from diopi.conformance.spec import Config
+from diopi.impl import written_arguments as schema_written_arguments
 
 TOOL = "conformance"
 #: Written into a data folder made from captures (``ditorch conformance from-capture``): ``run`` then takes every
@@ -49,17 +50,11 @@ def case_dir(data_dir: Path, case_id: str) -> Path:
 
 
 def written_arguments(op: torch._ops.OpOverload, args: list[Any], kwargs: dict[str, Any]) -> list[tuple[Any, Any]]:
-    """``[(location, value)]`` of the arguments ``op`` writes (``location``: ``["args", i]`` or ``["kwargs",
-    name]``), by its schema's alias annotations."""
-    found = []
-    for i, arg in enumerate(op._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        if arg.kwarg_only:
-            if arg.name in kwargs and kwargs[arg.name] is not None:
-                found.append((["kwargs", arg.name], kwargs[arg.name]))
-        elif i < len(args) and args[i] is not None:
-            found.append((["args", i], args[i]))
+    """``[(location, value)]`` of the arguments ``op`` writes and the call passed (``location``: ``["args", i]``
+    or ``["kwargs", name]``), by its schema's alias annotations (:func:`diopi.impl.written_arguments`)."""
+    positions, names = schema_written_arguments(op)
+    found: list[tuple[Any, Any]] = [(["args", i], args[i]) for i in positions if i < len(args) and args[i] is not None]
+    found += [(["kwargs", n], kwargs[n]) for n in names if kwargs.get(n) is not None]
     return found
 
 

@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_map
 
 import diopi
 from diopi.case_format import host_span, rebuild_tensor, tensor_meta
+from diopi.impl import tensors
 from diopi.registry import dispatcher_overloads, is_composite, qualified_name
 
 
@@ -126,17 +127,10 @@ def record_backward(function: str, forward: Callable[[], Any], generator: torch.
     """Run ``forward()`` (whose differentiable inputs require grad), then ``backward()`` from every floating output
     that requires grad with a random gradient drawn from ``generator``; the calls of ``function`` made during the
     backward pass."""
-    outputs = [t for t in _tensors(forward()) if t.requires_grad and t.dtype.is_floating_point]
+    outputs = [t for t in tensors(forward()) if t.requires_grad and t.dtype.is_floating_point]
     if not outputs:
         return []
     grads = [torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.dtype) for t in outputs]
     with CallRecorder(function) as recorder:
         torch.autograd.backward(outputs, grads)
     return recorder.calls
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    tree_map(lambda x: found.append(x) if isinstance(x, torch.Tensor) else None, value)
-    return found
-
