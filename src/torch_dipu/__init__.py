@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from torch_dipu import device_module, dispatch, kernels
+from torch_dipu import device_autocompare, device_module, dispatch, dump_args, kernels, mem_check
 from torch_dipu.call_counter import count_function_calls
 from torch_dipu.config import DipuConfig
+from torch_dipu.device_autocompare import set_autocompare_ops
+from torch_dipu.dump_args import set_dump_op_args
 from torch_dipu.generators import DipuGenerator
 from torch_dipu.memory import MemoryTracker
 from torch_dipu.reachable import reachability
@@ -22,7 +24,8 @@ from torch_dipu.vendors import load_vendor
 
 __all__ = [
     "DEVICE_NAME", "DeviceRuntime", "DipuGenerator", "DipuTensor", "UnsupportedDtypeError", "backward_errors",
-    "count_function_calls", "fallback_ops", "reachability", "runtime", "set_force_fallback",
+    "count_function_calls", "fallback_ops", "reachability", "runtime", "set_autocompare_ops", "set_dump_op_args",
+    "set_force_fallback",
 ]
 __version__ = "0.1.0"
 
@@ -43,6 +46,9 @@ def _init() -> None:
     _sync_devices()
     rt.on_config_change(_sync_devices)
     rt.on_config_change(dispatch.clear_handlers)
+    mem_check.install(state)
+    device_autocompare.install(state)
+    dump_args.install(state)
 
 
 def _sync_devices() -> None:

@@ -18,7 +18,11 @@ from torch_dipu import dispatch
 _ACTIVE: list[Counter[str]] = []
 
 
-def _counting(handler: dispatch.Handler, name: str) -> dispatch.Handler:
+def _counting(handler: dispatch.Handler, func: Any, plan: Any) -> dispatch.Handler:
+    if plan.kind != "vendor" or plan.function is None:
+        return handler
+    name = plan.function.name
+
     def counted(args: tuple, kwargs: dict | None) -> Any:
         out = handler(args, kwargs)
         for counter in _ACTIVE:
@@ -34,16 +38,14 @@ def count_function_calls() -> Iterator[Counter[str]]:
     the block, forward and backward. Counters may nest; each counts the calls made while it is open."""
     counter: Counter[str] = Counter()
     if not _ACTIVE:
-        dispatch.vendor_handler_wrapper = _counting
-        dispatch.clear_handlers()
+        dispatch.set_handler_wrapper("count", _counting)
     _ACTIVE.append(counter)
     try:
         yield counter
     finally:
         del _ACTIVE[next(i for i, c in enumerate(_ACTIVE) if c is counter)]
         if not _ACTIVE:
-            dispatch.vendor_handler_wrapper = None
-            dispatch.clear_handlers()
+            dispatch.set_handler_wrapper("count", None)
 
 
 __all__ = ["count_function_calls"]

@@ -10,7 +10,55 @@ from pathlib import Path
 from diopi.env import compile_op_list, env_flag, split_list, strip_op_prefix
 
 FALLBACK_CONFIG_FILE = ".dipu_force_fallback_op_list.config"
+AUTOCOMPARE_CONFIG_FILE = ".specified_autocompare_op_list.config"
 VISIBLE_DEVICES = "DIPU_VISIBLE_DEVICES"
+DUMP_OP_ARGS = "DIPU_DUMP_OP_ARGS"
+MEMCACHING_ALGORITHM = "DIPU_DEVICE_MEMCACHING_ALGORITHM"
+#: ``DIPU_DUMP_OP_ARGS`` levels: what each prints.
+DUMP_LEVELS = {0: "nothing", 1: "the ATen op and its DIOPI function", 2: "plus every argument",
+               3: "plus tensor values"}
+#: ``DIPU_DEVICE_MEMCACHING_ALGORITHM`` values (upstream's names): best-fit caching with block splitting (as
+#: CUDA's allocator), size-bin caching (power-of-two bins, no splitting), or none (every block straight
+#: from the vendor's malloc and back to its free).
+MEMCACHING_ALGORITHMS = {"BF": "best-fit caching", "BS": "size-bin caching", "RAW": "no caching"}
+
+
+def parse_dump_level(text: str | None, source: str = DUMP_OP_ARGS) -> int:
+    """``DIPU_DUMP_OP_ARGS``: 0-3 (unset or empty: 0); anything else raises ``ValueError`` naming ``source``."""
+    value = (text or "").strip() or "0"
+    if value not in {str(level) for level in DUMP_LEVELS}:
+        levels = "; ".join(f"{level}: {what}" for level, what in DUMP_LEVELS.items())
+        raise ValueError(f"{source}={text!r} is not a dump level (expected 0-3: {levels})")
+    return int(value)
+
+
+def parse_memcaching_algorithm(text: str | None, source: str = MEMCACHING_ALGORITHM) -> str:
+    """``DIPU_DEVICE_MEMCACHING_ALGORITHM``: ``BF`` (default), ``BS`` or ``RAW``, case-insensitive; anything
+    else raises ``ValueError`` naming ``source``."""
+    value = (text or "").strip().upper() or "BF"
+    if value not in MEMCACHING_ALGORITHMS:
+        known = ", ".join(f"{name} ({what})" for name, what in MEMCACHING_ALGORITHMS.items())
+        raise ValueError(f"{source}={text!r} is not an allocator algorithm (expected one of {known})")
+    return value
+
+
+def parse_count(text: str | None, source: str, default: int) -> int:
+    """A positive integer variable (unset or empty: ``default``); anything else raises naming ``source``."""
+    value = (text or "").strip()
+    if not value:
+        return default
+    if not re.fullmatch(r"[0-9]+", value) or int(value) <= 0:
+        raise ValueError(f"{source}={text!r} is not a positive integer")
+    return int(value)
+
+
+def _list_with_file(variable: str, file_name: str, cwd: Path | None) -> list[str]:
+    """Entries of list variable ``variable`` followed by those of ``file_name`` in the working directory."""
+    entries = split_list(os.environ.get(variable, ""))
+    config_file = (cwd or Path.cwd()) / file_name
+    if config_file.is_file():
+        entries += split_list(config_file.read_text())
+    return entries
 
 
 def parse_visible_devices(text: str | None, source: str = VISIBLE_DEVICES) -> list[int] | None:
@@ -64,18 +112,37 @@ class DipuConfig:
     visible_devices: list[int] | None = None
     #: Its text as given (for messages).
     visible_devices_text: str | None = None
+    #: ``DIPU_DUMP_OP_ARGS`` at import (0-3); changes at run time are followed by torch_dipu.dump_args.
+    dump_op_args: int = 0
+    #: ``DIPU_AUTOCOMPARE_OPS_LIST`` entries, then those of ``.specified_autocompare_op_list.config``.
+    autocompare_ops: list[str] = field(default_factory=list)
+    #: ``DIPU_MEM_CHECK``: record every device allocation and free; report live blocks at exit.
+    mem_check: bool = False
+    #: ``DIPU_MEM_CHECK_ENABLE_BACKTRACE``: keep the Python stack of each allocation for the report.
+    mem_check_backtrace: bool = False
+    #: ``DIPU_MEM_CHECK_MAX_BLOCK``: live blocks above which the checker warns of a likely leak.
+    mem_check_max_block: int = 10000
+    #: ``DIPU_MEM_CHECK_LOG_INTERVAL``: one line with the live blocks and bytes every this many allocations.
+    mem_check_log_interval: int = 1000
+    #: ``DIPU_DEVICE_MEMCACHING_ALGORITHM``: ``BF``, ``BS`` or ``RAW`` (:data:`MEMCACHING_ALGORITHMS`).
+    memcaching_algorithm: str = "BF"
 
     @classmethod
     def from_env(cls, cwd: Path | None = None) -> DipuConfig:
-        entries = split_list(os.environ.get("DIPU_FORCE_FALLBACK_OPS_LIST", ""))
-        config_file = (cwd or Path.cwd()) / FALLBACK_CONFIG_FILE
-        if config_file.is_file():
-            entries += split_list(config_file.read_text())
+        env = os.environ
         return cls(
             vendor=os.environ.get("DIPU_DEVICE", "droplet").strip() or "droplet",
-            force_fallback=entries,
+            force_fallback=_list_with_file("DIPU_FORCE_FALLBACK_OPS_LIST", FALLBACK_CONFIG_FILE, cwd),
             log_fallback=env_flag("DIPU_LOG_FALLBACK_INFO"),
             compile_backend=os.environ.get("DIPU_COMPILE_BACKEND", "").strip(),
             visible_devices=parse_visible_devices(os.environ.get(VISIBLE_DEVICES)),
             visible_devices_text=os.environ.get(VISIBLE_DEVICES),
+            dump_op_args=parse_dump_level(env.get(DUMP_OP_ARGS)),
+            autocompare_ops=_list_with_file("DIPU_AUTOCOMPARE_OPS_LIST", AUTOCOMPARE_CONFIG_FILE, cwd),
+            mem_check=env_flag("DIPU_MEM_CHECK"),
+            mem_check_backtrace=env_flag("DIPU_MEM_CHECK_ENABLE_BACKTRACE"),
+            mem_check_max_block=parse_count(env.get("DIPU_MEM_CHECK_MAX_BLOCK"), "DIPU_MEM_CHECK_MAX_BLOCK", 10000),
+            mem_check_log_interval=parse_count(env.get("DIPU_MEM_CHECK_LOG_INTERVAL"),
+                                               "DIPU_MEM_CHECK_LOG_INTERVAL", 1000),
+            memcaching_algorithm=parse_memcaching_algorithm(env.get(MEMCACHING_ALGORITHM)),
         )

@@ -25,9 +25,29 @@ _profiling = torch._C._autograd._profiler_enabled  # one C flag read per kernel,
 _record_function = torch.profiler.record_function
 
 
-#: Set by :mod:`torch_dipu.call_counter` while it counts: wraps the handler of every overload a vendor kernel
-#: serves, given the DIOPI function's name. None (the default) costs nothing per call.
-vendor_handler_wrapper: Callable[[Handler, str], Handler] | None = None
+#: ``wrapper(handler, func, plan) -> handler``: may wrap the handler of ATen overload ``func`` when it is built
+#: (returning ``handler`` itself leaves it alone).
+HandlerWrapper = Callable[[Handler, torch._ops.OpOverload, kernels.KernelPlan], Handler]
+
+#: The run-time switches that wrap handlers, innermost first: the call counter (torch_dipu.call_counter), the
+#: device-level auto-compare (torch_dipu.device_autocompare), argument dumps (torch_dipu.dump_args).
+WRAPPER_ORDER = ("count", "autocompare", "dump")
+
+#: The wrappers switched on, by name in :data:`WRAPPER_ORDER`. Empty by default, so a plain run pays nothing;
+#: change it with :func:`set_handler_wrapper`, which rebuilds the handlers.
+handler_wrappers: dict[str, HandlerWrapper] = {}
+
+
+def set_handler_wrapper(name: str, wrapper: HandlerWrapper | None) -> None:
+    """Switch wrapper ``name`` (one of :data:`WRAPPER_ORDER`) on, or off with None; handlers are rebuilt on
+    their next call."""
+    if name not in WRAPPER_ORDER:
+        raise ValueError(f"unknown handler wrapper {name!r} (expected one of {', '.join(WRAPPER_ORDER)})")
+    if wrapper is None:
+        handler_wrappers.pop(name, None)
+    else:
+        handler_wrappers[name] = wrapper
+    clear_handlers()
 
 
 def clear_handlers() -> None:
@@ -308,8 +328,11 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             with kernels.host_rng_from(generators[device.index]):
                 return draw_on_host_rng(args, kwargs)
 
-    if vendor_handler_wrapper is not None and plan.kind == "vendor" and plan.function is not None:
-        handler = vendor_handler_wrapper(handler, plan.function.name)
+    if handler_wrappers:
+        for name in WRAPPER_ORDER:
+            wrapper = handler_wrappers.get(name)
+            if wrapper is not None:
+                handler = wrapper(handler, func, plan)
     _HANDLERS[func] = handler
     return handler
 
