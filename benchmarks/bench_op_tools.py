@@ -10,8 +10,9 @@ of the machine hits all of them alike:
 * ``observe_to_file``: under ``OpObserve(file=...)``, one line per call and per backward (target <= 2x);
 * ``capture``: under ``OpCapture()``, every call saved with its gradients (target <= 15x);
 * ``capture_stats``: under ``OpCapture(mode="stats")`` (target <= 3x). It also reports how long reducing the
-  step's tensors alone takes (``reductions_ms_per_step``: the statistics kernel on host copies of exactly
-  the tensors one step reduces) and the ratio without that part (``ratio_without_reductions``): on droplet
+  step's tensors alone takes (``reductions_ms_per_step``: the reductions alone, on copies of exactly the
+  tensors one step reduces: host tensors by the CPU kernel, device ones by op_tools.deferred_stats) and the
+  ratio without that part (``ratio_without_reductions``): on droplet
   the "device" reductions run on the same host cores as everything else.
 
 A round's time includes starting the tool and, for capture, waiting at ``stop()`` until every case is on
@@ -48,27 +49,36 @@ def _reduction_ms_per_step(step: object, workdir: Path) -> float:
     droplet the device's reductions run on the host cores, so this part of stats mode is the "device"
     work a real accelerator would do on its own cores."""
     import op_tools
-    from op_tools import tensor_stats
+    from op_tools import deferred_stats, tensor_stats
 
-    reduce_one = tensor_stats._host_row
+    reduce_one, defer = tensor_stats._host_row, deferred_stats.defer
     copies = []
 
     def record(t: object) -> tuple[float, ...]:
         copies.append(t.detach().clone())
         return reduce_one(t)
 
-    tensor_stats._host_row = record
+    def record_deferred(tensors: list, into: list) -> None:  # device tensors: reduced on the device, read later
+        copies.extend(t.detach().clone() for t in tensors if t.device.type != "cpu")
+        defer(tensors, into)
+
+    tensor_stats._host_row, deferred_stats.defer = record, record_deferred
     try:
         with contextlib.redirect_stderr(LineCounter()), op_tools.OpCapture(results_dir=workdir / "floor",
                                                                             mode="stats"):
             step()
     finally:
-        tensor_stats._host_row = reduce_one
+        tensor_stats._host_row, deferred_stats.defer = reduce_one, defer
+    on_host = [t for t in copies if t.device.type == "cpu"]
+    on_device = [t for t in copies if t.device.type != "cpu"]
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        for t in copies:
+        for t in on_host:
             reduce_one(t)
+        if on_device:
+            defer(on_device, [{} for _ in on_device])
+            deferred_stats.resolve()
         times.append(time.perf_counter() - start)
     _reduction_ms_per_step.tensors = len(copies)
     _reduction_ms_per_step.elements = sum(t.numel() for t in copies)

@@ -78,3 +78,34 @@ def test_suite_quick_writes_json_and_table(tmp_path: Path) -> None:
     table = (tmp_path / "suite.md").read_text()
     assert table.startswith("# op_tools benchmark suite") and "cpu_count" in table
     assert "| dipu | capture |" in table and "| cpu | inactive |" in table and "python -m benchmarks --quick" in table
+
+
+def _run_benchmark(tmp_path: Path, script: str, args: list[str]) -> dict:
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert {"name", "unit", "results", "env"} <= set(report) and report["env"]["dipu_vendor"] == "droplet"
+    return {row["case"]: row for row in report["results"]}
+
+
+def test_sync_counts_benchmark(tmp_path: Path) -> None:
+    """Host synchronisations per W1 step: the observation tools add none per op (the counts are exact)."""
+    rows = _run_benchmark(tmp_path, "bench_sync_counts.py", ["--steps", "2"])
+    plain = rows["w1_syncs_per_step_plain"]
+    assert plain["value"] == 1 and plain["aten_ops_per_step"] > 300  # the loss's item()
+    for case in ("observe_to_file", "time_measure_event"):
+        assert rows[f"w1_syncs_per_step_{case}"]["added_per_step"] == 0
+    assert rows["w1_syncs_per_step_capture_stats"]["added_per_step"] <= 1
+    for case in ("time_measure_sync", "capture", "autocompare"):  # tools that read every op's results
+        assert rows[f"w1_syncs_per_step_{case}"]["added_per_step"] > 100
+
+
+def test_allocator_benchmark(tmp_path: Path) -> None:
+    rows = _run_benchmark(tmp_path, "bench_allocator.py", ["--rounds", "1", "--steps", "1"])
+    assert {"w1_step_ms_latency0", "w1_step_ms_latency50", "vendor_calls_per_step_latency0",
+            "vendor_calls_per_step_latency50", "reserved_over_allocated"} <= set(rows)
+    calls = rows["vendor_calls_per_step_latency0"]
+    assert calls["baseline"] > 100 and calls["value"] < calls["baseline"] / 10  # the cache serves a warm step
+    assert rows["reserved_over_allocated"]["value"] >= 1 and rows["w1_step_ms_latency50"]["value"] > 0

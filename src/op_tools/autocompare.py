@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from diopi import case_format as cf
-from diopi.compare import TensorComparison, Verdict, compare_outputs, compare_tensors
+from diopi.compare import TensorComparison, Verdict, compare_tensors
+from diopi.reference import judge_outputs
 from op_tools import config
 from op_tools.capture import op_dir_name
 from op_tools.console import StepLines
@@ -61,10 +62,6 @@ class _CallState:
 def _host(value: Any) -> Any:
     """``value`` with every tensor replaced by a detached host copy (structure kept)."""
     return map_tensors(value, lambda v: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
-
-
-def _floating(value: Any) -> bool:
-    return any(t.is_floating_point() or t.is_complex() for t in collect_tensors(value, [], set()))
 
 
 class OpAutoCompare(ResultsTool):
@@ -166,9 +163,8 @@ class OpAutoCompare(ResultsTool):
         except Exception as exc:
             self._row(call, "forward", "SKIP", "-", message=f"no CPU reference: {type(exc).__name__}: {exc}")
             return
-        comparisons = self._compare(actual, expected, call.name)
-        if any(c.verdict == Verdict.FAIL for c in comparisons) and _floating(expected):
-            comparisons = self._compare(actual, expected, call.name, self._wide_reference(call, state))
+        comparisons = judge_outputs(actual, expected, lambda: self._wide_reference(call, state), op=call.name,
+                                    atol=self.atol, rtol=self.rtol, noise_factor=self.noise_factor)
         for j, t in enumerate(device_inputs or []):
             if state.writes or t._version != state.versions[j]:
                 key = f"i{j}"
@@ -216,10 +212,6 @@ class OpAutoCompare(ResultsTool):
             return self._reference(call, state, wide=True)[0]
         except Exception:  # an op without a float64 CPU kernel: judge by the tolerance alone
             return None
-
-    def _compare(self, actual: Any, expected: Any, op: str, expected_fp64: Any = None) -> list[TensorComparison]:
-        return compare_outputs(actual, expected, expected_fp64=expected_fp64, op=op, atol=self.atol, rtol=self.rtol,
-                               noise_factor=self.noise_factor)
 
     # -- backward --------------------------------------------------------------------------------------
     def on_backward(self, call: OpCall, state: _CallState, grad_inputs: dict[int, Any],

@@ -75,7 +75,9 @@ class BackwardPlan:
         recording = [t for t in tools if Phase.BACKWARD in t.phases]
         needs = {t.backward_needs for t in recording}
         self.records = bool(recording)
-        self.keep = (_keep_data if "data" in needs else _keep_stats if "stats" in needs
+        # Statistics are read later (no synchronisation per call) unless a tool also needs them per call.
+        self.keep = (_keep_data if "data" in needs else
+                     (_keep_stats_now if "finite" in needs else _keep_stats) if "stats" in needs
                      else _keep_finite if "finite" in needs else _keep_meta)
         self.timing = frozenset(id(t) for t in tools if Phase.BACKWARD_NODES in t.phases)
 
@@ -106,7 +108,17 @@ def _keep_data(grads: list[torch.Tensor]) -> list[Any]:
 
 
 def _keep_stats(grads: list[torch.Tensor]) -> list[Any]:
-    """Statistics of the gradients, reduced on their device (no copies are kept)."""
+    """Statistics of the gradients, reduced on their device (no copies are kept); those of device tensors are
+    filled in by the next :func:`op_tools.deferred_stats.resolve` (no host synchronisation per call)."""
+    from op_tools.deferred_stats import defer
+
+    kept = [{"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch.")} for g in grads]
+    defer(grads, kept)
+    return kept
+
+
+def _keep_stats_now(grads: list[torch.Tensor]) -> list[Any]:
+    """Statistics of the gradients, read at once (for tools that decide per call)."""
     from op_tools.tensor_stats import device_stats
 
     return [{"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."), **stats}
@@ -126,7 +138,7 @@ def _keep_finite(grads: list[torch.Tensor]) -> list[Any]:
         else:
             rest.append(k)
     if rest:
-        for k, stats in zip(rest, _keep_stats([grads[k] for k in rest]), strict=True):
+        for k, stats in zip(rest, _keep_stats_now([grads[k] for k in rest]), strict=True):
             kept[k] = stats
     return kept
 

@@ -21,19 +21,21 @@ from typing import IO, Any
 import torch
 
 from diopi import case_format as cf
-from op_tools import config
+from op_tools import config, deferred_stats
 from op_tools.case_writer import CaseWriter
 from op_tools.host_buffers import HostBufferPool
 from op_tools.protocol import OpCall, Phase, print_line
 from op_tools.results import choose_run_dir, process_rank
 from op_tools.stats_table import StatsTable
-from op_tools.tensor_stats import device_stats
 from op_tools.tool import OpTool
 
 __all__ = ["OpCapture"]
 
 DEFAULT_MAX_BYTES = config.DEFAULT_CAPTURE_MAX_BYTES
 MODES = ("data", "stats")
+#: Statistics rows held (their device statistics unread) before they are written; they are also written at
+#: each new step, on :meth:`OpCapture.flush` and when the tool stops.
+MAX_PENDING_ROWS = 4096
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -63,13 +65,14 @@ class _CaseState:
 
 
 def _device_stats(keys: list[str], tensors: list[torch.Tensor]) -> dict[str, dict[str, Any]]:
-    """Statistics of ``tensors`` (reduced on their device, each object once), with shape and dtype, by key."""
+    """Statistics of ``tensors`` (reduced on their device, each object once), with shape and dtype, by key.
+    Those of device tensors are filled by the next :func:`op_tools.deferred_stats.resolve` (no host
+    synchronisation per call)."""
     if not tensors:
         return {}
-    unique = list({id(t): t for t in tensors}.values())
-    by_id = {id(t): values for t, values in zip(unique, device_stats(unique), strict=True)}
-    return {key: {"shape": list(t.shape), "dtype": cf.dtype_name(t.dtype), **by_id[id(t)]}
-            for key, t in zip(keys, tensors, strict=True)}
+    entries = [{"shape": list(t.shape), "dtype": cf.dtype_name(t.dtype)} for t in tensors]
+    deferred_stats.defer(tensors, entries)
+    return dict(zip(keys, entries, strict=True))
 
 
 def _nbytes(data: dict[str, torch.Tensor]) -> int:
@@ -121,6 +124,8 @@ class OpCapture(OpTool):
         self._pending: dict[int, tuple[_CaseState, dict[str, Any], dict[str, torch.Tensor]]] = {}
         self._pending_bytes = 0
         self._pending_step = 0
+        self._rows: list[dict[str, Any]] = []  # statistics rows waiting for their device statistics
+        self._rows_step = 0
         self._versions = cf.library_versions()
         self._rank = 0
 
@@ -159,6 +164,7 @@ class OpCapture(OpTool):
 
     def on_stop(self) -> None:
         self._flush_pending()
+        self._flush_rows()
         if self._writer is not None:
             self._writer.close()
             self.queue_waits += self._writer.waits
@@ -177,8 +183,10 @@ class OpCapture(OpTool):
                    f"{self.cases_written} cases written, {size}, in {self.run_dir}")
 
     def flush(self) -> None:
-        """Write every case held for its backward pass now, and wait until all are on disk."""
+        """Write every case held for its backward pass now (and every statistics row), and wait until all
+        are on disk."""
         self._flush_pending()
+        self._flush_rows()
         if self._writer is not None:
             self._writer.flush()
 
@@ -200,6 +208,8 @@ class OpCapture(OpTool):
             return None
         if self._pending and call.step != self._pending_step:
             self._flush_pending()  # a new step: calls of earlier steps will not get their backward any more
+        if self._rows and call.step != self._rows_step:
+            self._flush_rows()  # a new step: read the statistics of the last one (one copy per device)
         if self.mode == "stats":  # no case, only statistics
             keys = [f"i{j}" for j in range(len(call.inputs))]
             state = _CaseState(None, None, {}, None, keys, [])
@@ -254,6 +264,8 @@ class OpCapture(OpTool):
     def _after_stats(self, call: OpCall, state: _CaseState) -> None:
         state.output_keys = [f"o{k}" for k in range(len(call.outputs))]
         note = {}
+        if state.input_versions is None:  # the call may have written its inputs: their statistics are new
+            deferred_stats.forget(call.inputs)
         if state.input_versions is None:
             state.stats.update(_device_stats(state.output_keys, call.outputs))
         else:
@@ -340,6 +352,26 @@ class OpCapture(OpTool):
 
     # -- writer threads --------------------------------------------------------------------------------
     def _write_stats(self, row: dict[str, Any]) -> None:
+        """Queue a statistics row: it is written, in order, once its device statistics have been read."""
+        self._rows.append(row)
+        self._rows_step = row["step"]
+        if len(self._rows) >= MAX_PENDING_ROWS or not self.opened:  # not opened: a backward pass after stop()
+            self._flush_rows()
+
+    def _flush_rows(self) -> None:
+        """Read every waiting statistic and write the queued rows."""
+        if not self._rows:
+            return
+        rows, self._rows = self._rows, []
+        try:
+            deferred_stats.resolve()
+        except Exception as exc:
+            self._halt(f"reading statistics failed ({type(exc).__name__}: {exc})")
+            return
+        for row in rows:
+            self._write_row(row)
+
+    def _write_row(self, row: dict[str, Any]) -> None:
         """Append a statistics row (on the calling thread: rows are small and the files are buffered)."""
         with self._lock:
             if self._stats is None:

@@ -2,165 +2,22 @@
 OpDtypeCast): one row per judged tensor (or per call), appended as it comes to ``results.jsonl`` and
 ``results.csv`` in the tool's run folder ``<results>/<tool>/<run>/rank<r>/``.
 
-Rows are not kept in memory (a long run makes millions): :attr:`ResultTable.rows` reads them back from
-the JSONL file, and the summary is counted as rows arrive.
+The table itself lives in :mod:`diopi.result_table` (torch_dipu's device-level auto-compare writes the same
+layout); this module re-exports it and picks the run folder from op_tools' settings.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import math
 import os
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
 
+from diopi.result_table import COLUMNS, VERDICTS, ResultTable, free_run_dir, process_rank, read_rows
 from op_tools import config
-from op_tools.protocol import print_line
 
 __all__ = ["COLUMNS", "VERDICTS", "ResultTable", "choose_run_dir", "process_rank", "read_rows"]
-
-#: The columns of ``results.csv`` (``results.jsonl`` has the same keys, plus any extra fields a tool adds).
-COLUMNS = ("id", "name", "phase", "verdict", "index", "max_abs_diff", "max_rel_diff", "cosine", "atol", "rtol",
-           "step", "dtype", "shape", "message", "case_dir", "call_site")
-#: Verdicts, best first. ``NOISE``: outside the tolerance but no worse than the CPU in the same dtype.
-VERDICTS = ("PASS", "NOISE", "SKIP", "FAIL")
-_BUFFER = 1 << 20
-
-
-def process_rank() -> int:
-    """This process's rank: ``torch.distributed`` when initialized, else ``RANK``, else 0."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return config.rank()
 
 
 def choose_run_dir(tool_dir: str, results_dir: str | os.PathLike[str] | None = None,
                    run_id: str | None = None) -> Path:
     """``<results>/<tool_dir>/<run>/rank<r>``: a new folder (``<run>-2``, ... when one with files exists)."""
-    root = config.results_dir(results_dir) / tool_dir
-    run_id = config.run_id(run_id)
-    rank = process_rank()
-    run_dir = root / run_id / f"rank{rank}"
-    n = 2
-    while run_dir.exists() and any(run_dir.iterdir()):
-        run_dir = root / f"{run_id}-{n}" / f"rank{rank}"
-        n += 1
-    return run_dir
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
-
-
-def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of a ``results.jsonl`` file (or of the ``results.jsonl`` in a folder)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.jsonl"
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as exc:
-                    raise ValueError(f"{path}:{number}: not a JSON row ({exc})") from None
-    return rows
-
-
-class ResultTable:
-    """Appends result rows to ``run_dir/results.jsonl`` and ``run_dir/results.csv`` and counts verdicts.
-
-    ``tool`` names the tool in console lines. A write error stops writing with one line; the counts go on.
-    A subclass may set :attr:`columns` (the CSV header; the JSONL rows keep every key).
-    """
-
-    columns: tuple[str, ...] = COLUMNS
-
-    def __init__(self, tool: str, run_dir: Path) -> None:
-        self.tool = tool
-        self.run_dir = run_dir
-        self.counts: Counter[str] = Counter()  # verdict -> rows
-        self.by_op: dict[str, Counter[str]] = {}  # op name -> verdict -> rows
-        self.first_fail: dict[str, Any] | None = None
-        self.failed_write: str | None = None
-        self._jsonl: IO[str] | None = None
-        self._csv_file: IO[str] | None = None
-        self._csv: Any = None
-
-    @property
-    def jsonl_path(self) -> Path:
-        return self.run_dir / "results.jsonl"
-
-    @property
-    def csv_path(self) -> Path:
-        return self.run_dir / "results.csv"
-
-    def _open(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        new_csv = not self.csv_path.exists()
-        self._jsonl = open(self.jsonl_path, "a", encoding="utf-8", buffering=_BUFFER)  # noqa: SIM115
-        self._csv_file = open(self.csv_path, "a", newline="", encoding="utf-8", buffering=_BUFFER)  # noqa: SIM115
-        self._csv = csv.writer(self._csv_file)
-        if new_csv:
-            self._csv.writerow(self.columns)
-
-    def add(self, row: dict[str, Any]) -> None:
-        """Append one row (keys of :data:`COLUMNS`; missing ones are empty)."""
-        verdict = row.get("verdict", "")
-        self.counts[verdict] += 1
-        self.by_op.setdefault(row.get("name", ""), Counter())[verdict] += 1
-        if verdict == "FAIL" and self.first_fail is None:
-            self.first_fail = row
-        if self.failed_write is not None:
-            return
-        try:
-            if self._jsonl is None:
-                self._open()
-            try:
-                text = json.dumps(row, allow_nan=False)
-            except ValueError:  # NaN or infinite metrics: null / "inf" / "-inf"
-                text = json.dumps({k: _json_value(v) for k, v in row.items()}, allow_nan=False)
-            self._jsonl.write(text + "\n")
-            self._csv.writerow(["" if (v := row.get(c)) is None else v for c in self.columns])
-        except (OSError, ValueError, TypeError) as exc:
-            self.failed_write = f"writing {self.jsonl_path} failed ({getattr(exc, 'strerror', None) or exc})"
-            print_line(f"{self.tool}: {self.failed_write}; results are still counted")
-
-    def flush(self) -> None:
-        for f in (self._jsonl, self._csv_file):
-            if f is not None:
-                f.flush()
-
-    def close(self) -> None:
-        """Flush and close the files (idempotent; a later :meth:`add` appends)."""
-        for f in (self._jsonl, self._csv_file):
-            if f is not None:
-                f.close()
-        self._jsonl = self._csv_file = self._csv = None
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        """Every row written so far, read back from ``results.jsonl``."""
-        self.flush()
-        return read_rows(self.jsonl_path) if self.jsonl_path.is_file() else []
-
-    def iter_failures(self) -> Iterator[dict[str, Any]]:
-        return (r for r in self.rows if r.get("verdict") == "FAIL")
-
-    def summary_line(self) -> str:
-        """``OpAutoCompare: 1234 checks: 1200 PASS, 30 NOISE, 2 SKIP, 2 FAIL (first: torch.mm #17 forward)``."""
-        total = sum(self.counts.values())
-        parts = ", ".join(f"{self.counts[v]} {v}" for v in VERDICTS if self.counts[v])
-        first = ""
-        if self.first_fail is not None:
-            f = self.first_fail
-            first = f" (first FAIL: {f.get('name')} #{f.get('id')} {f.get('phase')} {f.get('index')})"
-        return f"{self.tool}: {total} checks: {parts or 'none'}{first}; results in {self.run_dir}"
+    return free_run_dir(config.results_dir(results_dir) / tool_dir, config.run_id(run_id), process_rank())

@@ -9,12 +9,12 @@ from __future__ import annotations
 import torch
 
 from torch_dipu import device_autocompare, device_module, dispatch, dump_args, kernels, mem_check
+from torch_dipu.allocator import CachingAllocator
 from torch_dipu.call_counter import count_function_calls
 from torch_dipu.config import DipuConfig
 from torch_dipu.device_autocompare import set_autocompare_ops
 from torch_dipu.dump_args import set_dump_op_args
 from torch_dipu.generators import DipuGenerator
-from torch_dipu.memory import MemoryTracker
 from torch_dipu.reachable import reachability
 from torch_dipu.registration import DEVICE_NAME, register_device
 from torch_dipu.runtime import DeviceRuntime, UnsupportedDtypeError
@@ -36,7 +36,7 @@ def _init() -> None:
     state = DipuState(
         runtime=rt,
         config=config,
-        memory=MemoryTracker(0, [], rt.name),
+        memory=CachingAllocator(rt, config.memcaching_algorithm),
         generators=[],
         force_fallback_patterns=kernels.parse_fallback_list(config.force_fallback),
     )

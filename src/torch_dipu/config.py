@@ -116,6 +116,10 @@ class DipuConfig:
     dump_op_args: int = 0
     #: ``DIPU_AUTOCOMPARE_OPS_LIST`` entries, then those of ``.specified_autocompare_op_list.config``.
     autocompare_ops: list[str] = field(default_factory=list)
+    #: ``OP_TOOLS_RESULTS_DIR`` / ``OP_TOOLS_RUN_ID``: where the auto-compare table goes (as op_tools' tables);
+    #: empty: ``./op_tools_results`` and the time at the first row.
+    results_dir: str = ""
+    run_id: str = ""
     #: ``DIPU_MEM_CHECK``: record every device allocation and free; report live blocks at exit.
     mem_check: bool = False
     #: ``DIPU_MEM_CHECK_ENABLE_BACKTRACE``: keep the Python stack of each allocation for the report.
@@ -139,6 +143,8 @@ class DipuConfig:
             visible_devices_text=os.environ.get(VISIBLE_DEVICES),
             dump_op_args=parse_dump_level(env.get(DUMP_OP_ARGS)),
             autocompare_ops=_list_with_file("DIPU_AUTOCOMPARE_OPS_LIST", AUTOCOMPARE_CONFIG_FILE, cwd),
+            results_dir=env.get("OP_TOOLS_RESULTS_DIR", "").strip(),
+            run_id=env.get("OP_TOOLS_RUN_ID", "").strip(),
             mem_check=env_flag("DIPU_MEM_CHECK"),
             mem_check_backtrace=env_flag("DIPU_MEM_CHECK_ENABLE_BACKTRACE"),
             mem_check_max_block=parse_count(env.get("DIPU_MEM_CHECK_MAX_BLOCK"), "DIPU_MEM_CHECK_MAX_BLOCK", 10000),

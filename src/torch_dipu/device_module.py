@@ -9,16 +9,21 @@ from typing import Any
 
 import torch
 
+from torch_dipu import host_sync
+from torch_dipu.host_sync import get_sync_debug_mode, set_sync_debug_mode, synchronize_count, synchronize_counts
 from torch_dipu.state import get_state
 from torch_dipu.streams import Event, Stream, current_stream, default_stream, set_stream, stream
 
 __all__ = [
-    "Event", "Stream", "current_device", "current_stream", "default_stream", "device", "device_count",
+    "Event", "Stream", "caching_allocator_alloc", "caching_allocator_delete", "current_device", "current_stream",
+    "default_stream", "device", "device_count",
     "default_generators", "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_device_properties",
     "get_rng_state", "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized",
     "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
-    "memory_allocated", "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all",
+    "memory_allocated", "memory_reserved", "memory_snapshot", "memory_stats", "reset_peak_memory_stats", "seed",
+    "seed_all",
     "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "get_sync_debug_mode", "set_sync_debug_mode", "synchronize_count", "synchronize_counts",
 ]
 
 
@@ -78,8 +83,11 @@ def device(device: torch.device | str | int | None) -> Iterator[None]:
 
 
 def synchronize(device: torch.device | str | int | None = None) -> None:
+    """Wait until all work on ``device`` has finished (a counted host synchronisation, see torch_dipu.host_sync)."""
     state = get_state()
-    state.runtime.synchronize(state.vendor_index(_index(device)))
+    index = _index(device)
+    host_sync.record("synchronize", index, "torch.dipu.synchronize")
+    state.runtime.synchronize(state.vendor_index(index))
 
 
 def get_device_name(device: torch.device | str | int | None = None) -> str:
@@ -103,21 +111,21 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 # -- memory -------------------------------------------------------------------------------------------
 
 def memory_allocated(device: torch.device | str | int | None = None) -> int:
-    """Bytes held by live dipu tensors on ``device``."""
-    return get_state().memory.allocated[_index(device)]
+    """Bytes of the allocator blocks held by live dipu tensors on ``device`` (sizes rounded as CUDA's)."""
+    return get_state().memory.allocated(_index(device))
 
 
 def max_memory_allocated(device: torch.device | str | int | None = None) -> int:
-    return get_state().memory.peak[_index(device)]
+    return get_state().memory.peak(_index(device))
 
 
 def memory_reserved(device: torch.device | str | int | None = None) -> int:
-    """Equal to :func:`memory_allocated`: Python vendors have no caching allocator."""
-    return memory_allocated(device)
+    """Bytes the caching allocator holds from the vendor on ``device`` (allocated blocks and its cache)."""
+    return get_state().memory.reserved(_index(device))
 
 
 def max_memory_reserved(device: torch.device | str | int | None = None) -> int:
-    return max_memory_allocated(device)
+    return get_state().memory.peak_reserved(_index(device))
 
 
 def reset_peak_memory_stats(device: torch.device | str | int | None = None) -> None:
@@ -133,14 +141,30 @@ def memory_stats(device: torch.device | str | int | None = None) -> dict[str, in
 
 
 def mem_get_info(device: torch.device | str | int | None = None) -> tuple[int, int]:
-    """(free, total) bytes of ``device``."""
-    index = _index(device)
-    memory = get_state().memory
-    return memory.capacity[index] - memory.allocated[index], memory.capacity[index]
+    """(free, total) bytes of ``device``: free is the capacity less what the allocator has reserved."""
+    return get_state().memory.mem_get_info(_index(device))
 
 
 def empty_cache() -> None:
-    """Release cached blocks: memory is freed eagerly on Python vendors, so there is none to release."""
+    """Return every cached free block to the vendor: afterwards ``memory_reserved() == memory_allocated()``."""
+    get_state().memory.empty_cache()
+
+
+def memory_snapshot() -> list[dict[str, Any]]:
+    """Every segment of every device with its blocks, in ``torch.cuda.memory_snapshot()``'s layout: ``device``,
+    ``address``, ``total_size``, ``allocated_size``, ``segment_type`` and ``blocks`` (``address``, ``size``,
+    ``requested_size``, ``state``: ``active_allocated`` or ``inactive``)."""
+    return get_state().memory.snapshot()
+
+
+def caching_allocator_alloc(size: int, device: torch.device | str | int | None = None, stream: Any = None) -> int:
+    """Allocate ``size`` bytes from the caching allocator with no tensor; returns the block's device address."""
+    return get_state().memory.caching_allocator_alloc(_index(device), int(size))
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Free a block of :func:`caching_allocator_alloc`; an unknown or already freed address raises RuntimeError."""
+    get_state().memory.caching_allocator_delete(int(mem_ptr))
 
 
 # -- random numbers -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import diopi
-from torch_dipu import factories, kernels, storage
+from torch_dipu import factories, host_sync, kernels, storage
 from torch_dipu.state import get_state
 from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage, set_handler_builder
 
@@ -23,6 +23,7 @@ _CPU = torch.device("cpu")
 _Tensor = torch.Tensor
 _profiling = torch._C._autograd._profiler_enabled  # one C flag read per kernel, only for ranged kernels
 _record_function = torch.profiler.record_function
+_increment_version = torch.autograd.graph.increment_version
 
 
 #: ``wrapper(handler, func, plan) -> handler``: may wrap the handler of ATen overload ``func`` when it is built
@@ -218,6 +219,7 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     host_positions = frozenset(i for i, a in enumerate(schema.arguments) if a.name in host_names)
     host_outputs = _HOST_OUTPUTS.get(packet, ())
     ranged = range_name(func, plan)
+    copies_to_host = packet == "_to_copy"  # a copy to a host device synchronises (torch_dipu.host_sync)
 
     def wrap(out: Any, device: torch.device) -> Any:
         if type(out) is _Tensor:
@@ -273,6 +275,8 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                     else:
                         device = None  # a copy to the host: a transfer, not a device kernel
                         run = func._op
+                        if copies_to_host and type(args[0]) is DipuTensor:
+                            host_sync.copied_to_host(args[0], ukwargs)
         else:
             ukwargs = None
         if has_generator and device is not None:
@@ -319,6 +323,24 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
                 kwargs = {k: storage.host_storage(v) for k, v in kwargs.items()}
             return on_device_storages(args, kwargs)
 
+    written_lists = tuple(
+        (pos, a.name) for pos, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write and str(a.type).startswith("List[Tensor")
+    )
+    if written_lists:
+        # Autograd bumps the version of a tensor an in-place op writes, but not of the tensors in a written list
+        # (``_foreach_add_``): device kernels do that themselves (CUDA's foreach kernels call increment_version),
+        # or a tensor saved for backward and then changed in place would give a wrong gradient with no error.
+        write_lists = handler
+
+        def handler(args: tuple, kwargs: dict | None) -> Any:
+            out = write_lists(args, kwargs)
+            for pos, name in written_lists:
+                tensors = args[pos] if pos < len(args) else (kwargs or {}).get(name)
+                if tensors:
+                    _increment_version([t for t in tensors if type(t) is DipuTensor])
+            return out
+
     if plan.needs_device_rng and not has_generator:
         # The kernel draws from the host's default generator: give it the tensor's device generator.
         draw_on_host_rng = handler
@@ -327,6 +349,11 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             device = _first_device(args) or state.device()
             with kernels.host_rng_from(generators[device.index]):
                 return draw_on_host_rng(args, kwargs)
+
+    # Count host synchronisations: None (nothing added) unless the overload may synchronise the host.
+    counted = host_sync.handler_wrapper(func, packet, plan.kind == "fallback")
+    if counted is not None:
+        handler = counted(handler)
 
     if handler_wrappers:
         for name in WRAPPER_ORDER:

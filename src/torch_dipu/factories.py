@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_dipu import host_sync
 from torch_dipu.runtime import UnsupportedDtypeError
 from torch_dipu.state import get_state
 from torch_dipu.storage import device_storage
@@ -31,13 +32,12 @@ def storage_span(size, stride) -> int:  # noqa: ANN001
 
 
 def allocate_storage(size, stride, dtype: torch.dtype, index: int) -> torch.Tensor:  # noqa: ANN001
-    """The vendor's storage tensor for device ``index``, capacity checked before the memory is taken and
-    accounted afterwards (no dtype check: callers that hold raw bytes allocate ``uint8``)."""
+    """The vendor's storage tensor for device ``index``, its allocator block taken before the memory is (an
+    impossible request raises before any host memory is taken; no dtype check: callers that hold raw bytes
+    allocate ``uint8``)."""
     state = get_state()
-    state.memory.check(storage_span(size, stride) * dtype.itemsize, index)
-    raw = state.runtime.new_storage(tuple(size), tuple(stride), dtype)
-    state.memory.track(raw, index)
-    return raw
+    return state.memory.allocate(index, storage_span(size, stride) * dtype.itemsize,
+                                 lambda: state.runtime.new_storage(tuple(size), tuple(stride), dtype))
 
 
 def new_tensor(size, stride, dtype, device) -> DipuTensor:  # noqa: ANN001
@@ -71,6 +71,7 @@ def copy_from(src, dst, non_blocking=False):  # noqa: ANN001, ANN201
     """``dst.copy_(src)`` where one side is a dipu tensor."""
     if type(dst) is DipuTensor:
         check_dtype(dst.dtype)
+    host_sync.copied(src, dst, non_blocking, "aten._copy_from")
     storage_of(dst).copy_(storage_of(src))
     return dst
 

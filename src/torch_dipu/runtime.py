@@ -65,6 +65,29 @@ class DeviceRuntime(ABC):
         """Allocate an uninitialized storage tensor with the given geometry."""
         return torch.empty_strided(size, stride, dtype=dtype)
 
+    def raw_malloc(self, index: int, nbytes: int) -> int:
+        """Reserve ``nbytes`` (a multiple of 512) of device ``index``'s memory; return its device address.
+
+        torch_dipu's caching allocator calls this for whole segments, never per tensor. A full device raises
+        ``torch.OutOfMemoryError``. The default keeps the books of an address space of ``memory_capacity``
+        bytes (:class:`torch_dipu.address_space.AddressSpace`); a vendor with real device memory overrides both
+        methods."""
+        return self._address_space(index).malloc(nbytes, self.memory_capacity(index))
+
+    def raw_free(self, index: int, address: int, nbytes: int) -> None:
+        """Release ``[address, address + nbytes)``: any 512-byte-aligned sub-range of an earlier ``raw_malloc``
+        (as CUDA's expandable segments unmap pages). An unknown address or a double free raises RuntimeError."""
+        self._address_space(index).free(address, nbytes)
+
+    def _address_space(self, index: int) -> Any:
+        spaces = self.__dict__.setdefault("_address_spaces", {})
+        space = spaces.get(index)
+        if space is None:
+            from torch_dipu.address_space import AddressSpace
+
+            space = spaces[index] = AddressSpace(index, self.name)
+        return space
+
     def new_pinned_host_storage(self, size: tuple[int, ...], stride: tuple[int, ...],
                                 dtype: torch.dtype) -> torch.Tensor:
         """Allocate uninitialized page-locked host memory (``Tensor.pin_memory()``) that the device can copy

@@ -38,6 +38,12 @@ def drain_autograd_worker() -> None:
     """Wait until the dipu autograd worker has finished releasing every earlier backward graph."""
     if not _autograd_workers_started():
         return
+    from torch_dipu import dispatch
+
+    # The barrier's own ops are torch_dipu's, not the program's: no argument dump or auto-compare lines.
+    wrappers = dict(dispatch.handler_wrappers)
+    dispatch.handler_wrappers.clear()
+    dispatch.clear_handlers()
     try:
         leaf = torch.zeros(1, device="dipu", requires_grad=True)
         with torch.autograd.set_multithreading_enabled(True):  # through the worker thread
@@ -45,6 +51,9 @@ def drain_autograd_worker() -> None:
         del leaf
     except Exception:  # noqa: BLE001  (best effort at exit; never mask the program's own exit status)
         pass
+    finally:
+        dispatch.handler_wrappers.update(wrappers)
+        dispatch.clear_handlers()
     time.sleep(0.002)  # let the worker return from the barrier task itself
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from torch_dipu.allocator import CachingAllocator
 from torch_dipu.config import VISIBLE_DEVICES, DipuConfig
-from torch_dipu.memory import MemoryTracker
 from torch_dipu.runtime import DeviceRuntime
 
 
@@ -40,7 +40,8 @@ def resolve_visible(selection: list[int] | None, vendor_count: int, vendor: str,
 class DipuState:
     runtime: DeviceRuntime
     config: DipuConfig
-    memory: MemoryTracker
+    #: The caching allocator (torch_dipu.allocator): blocks of every dipu storage, statistics, the cache.
+    memory: CachingAllocator
     generators: list[torch.Generator]
     #: Logical -> vendor device index: ``dipu:i`` is the vendor's device ``physical[i]``
     #: (``DIPU_VISIBLE_DEVICES``; without it the identity over every vendor device).
@@ -107,7 +108,7 @@ class DipuState:
         longer exists becomes dipu:0."""
         self.physical = resolve_visible(self.config.visible_devices, self.runtime.device_count(),
                                         self.runtime.name, self.config.visible_devices_text)
-        self.memory.resize([self.runtime.memory_capacity(p) for p in self.physical])
+        self.memory.resize([self.runtime.memory_capacity(p) for p in self.physical], self.physical)
         if self.current_device >= len(self.physical):
             self.current_device = 0
 

@@ -11,11 +11,18 @@ from collections.abc import Iterator
 
 import torch
 
+from torch_dipu import host_sync
 from torch_dipu.state import get_state
 
 
 def _index(device: torch.device | str | int | None) -> int:
     return get_state().device_index(device)
+
+
+def _wait(index: int) -> None:
+    """Let the vendor finish the work queued on ``dipu:index`` (not counted: callers count what blocks the host)."""
+    state = get_state()
+    state.runtime.synchronize(state.vendor_index(index))
 
 
 class Stream:
@@ -34,14 +41,18 @@ class Stream:
         return True
 
     def synchronize(self) -> None:
-        state = get_state()
-        state.runtime.synchronize(state.vendor_index(self.device_index))
+        """Wait on the host until all work on this stream has finished (a counted host synchronisation)."""
+        host_sync.record("synchronize", self.device_index, "Stream.synchronize")
+        _wait(self.device_index)
 
     def wait_event(self, event: Event) -> None:
-        event.synchronize()
+        """Make later work on this stream wait for ``event`` (a device-side wait: the host does not block)."""
+        if event._device_index is not None:
+            _wait(event._device_index)
 
     def wait_stream(self, stream: Stream) -> None:
-        stream.synchronize()
+        """Make later work on this stream wait for the work queued on ``stream`` (device-side)."""
+        _wait(stream.device_index)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -78,12 +89,15 @@ class Event:
         return True
 
     def synchronize(self) -> None:
+        """Wait on the host until the work before the event has finished (a counted host synchronisation)."""
         if self._device_index is not None:
-            state = get_state()
-            state.runtime.synchronize(state.vendor_index(self._device_index))
+            host_sync.record("event_sync", self._device_index, "Event.synchronize")
+            _wait(self._device_index)
 
     def wait(self, stream: Stream | None = None) -> None:
-        self.synchronize()
+        """Make later work on ``stream`` wait for this event (device-side: the host does not block)."""
+        if self._device_index is not None:
+            _wait(self._device_index)
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event and ``end_event`` (both recorded, timing enabled)."""

@@ -30,6 +30,7 @@ SAMPLES = {
     "stream": (None,), "device": (0,), "device_of": (x,), "StreamContext": (None,), "range_push": ("r",),
     "range_start": ("r",), "mark": ("m",), "range": ("r",), "can_device_access_peer": (0, 0),
     "set_sync_debug_mode": (0,), "range_end": (0,), "custom_bwd": (lambda ctx, grad: grad,),
+    "caching_allocator_alloc": (512,), "caching_allocator_delete": (0,),
 }
 """
 

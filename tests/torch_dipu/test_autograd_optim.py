@@ -56,3 +56,19 @@ def test_optimizer_steps_equal_cpu(opt_name, foreach):
     pairs = zip(model.parameters(), _model().parameters(), strict=True)
     moved = any(not torch.equal(p.detach(), q.detach()) for p, q in pairs)
     assert moved, "the optimizer must have changed the parameters"
+
+
+@pytest.mark.parametrize("device", ["cpu", "dipu"])
+def test_foreach_inplace_ops_bump_versions_so_autograd_sees_the_write(device: str) -> None:
+    """A tensor saved for backward and then changed by an in-place foreach op must make backward() fail, as on the
+    CPU and CUDA, never give a silently wrong gradient: the version of every tensor in a written list moves."""
+    a = [torch.ones(3, device=device), torch.ones(2, device=device)]
+    before = [t._version for t in a]
+    torch._foreach_add_(a, [torch.ones(3, device=device), torch.ones(2, device=device)])
+    assert [t._version for t in a] == [v + 1 for v in before]
+    x = torch.ones(3, device=device, requires_grad=True)
+    y = x * 1
+    z = y.sin()  # saves y
+    torch._foreach_mul_([y], 2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()

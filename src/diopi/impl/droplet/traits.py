@@ -2,7 +2,7 @@
 ``DROPLET_*`` environment variables (the one place they are read, ``DROPLET_FAULTS`` included).
 
 The kernels (:mod:`diopi.impl.droplet.impl`) use ``unsupported_dtypes`` and ``matmul_precision``; torch_dipu's
-droplet runtime uses ``device_count`` and ``memory_capacity`` too.
+droplet runtime uses ``device_count``, ``memory_capacity`` and ``malloc_latency_us`` too.
 """
 
 from __future__ import annotations
@@ -58,12 +58,17 @@ class DropletTraits:
     memory_capacity: int = 16 << 30
     unsupported_dtypes: frozenset[torch.dtype] = field(default_factory=frozenset)
     matmul_precision: str = "highest"
+    #: ``DROPLET_MALLOC_LATENCY_US``: microseconds each raw device malloc and free takes (busy wait), as a real
+    #: driver's cudaMalloc/cudaFree do; shows what torch_dipu's caching allocator saves.
+    malloc_latency_us: float = 0.0
 
     def validate(self) -> None:
         if self.device_count < 0:
             raise ValueError(f"droplet device_count must be >= 0, got {self.device_count}")
         if self.memory_capacity < 0:
             raise ValueError(f"droplet memory_capacity must be >= 0, got {self.memory_capacity}")
+        if not self.malloc_latency_us >= 0:
+            raise ValueError(f"droplet malloc_latency_us must be >= 0, got {self.malloc_latency_us}")
         if self.matmul_precision not in MATMUL_PRECISIONS:
             raise ValueError(
                 f"droplet matmul_precision {self.matmul_precision!r} is not one of {', '.join(MATMUL_PRECISIONS)}"
@@ -71,8 +76,8 @@ class DropletTraits:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DropletTraits:
-        """The traits ``DROPLET_DEVICE_COUNT``, ``DROPLET_MEMORY_CAPACITY``, ``DROPLET_UNSUPPORTED_DTYPES`` and
-        ``DROPLET_MATMUL_PRECISION`` ask for (``env`` defaults to ``os.environ``)."""
+        """The traits ``DROPLET_DEVICE_COUNT``, ``DROPLET_MEMORY_CAPACITY``, ``DROPLET_UNSUPPORTED_DTYPES``,
+        ``DROPLET_MATMUL_PRECISION`` and ``DROPLET_MALLOC_LATENCY_US`` ask for (``env`` defaults to ``os.environ``)."""
         env = os.environ if env is None else env
         traits = cls()
         if env.get("DROPLET_DEVICE_COUNT"):
@@ -86,6 +91,12 @@ class DropletTraits:
             traits.unsupported_dtypes = parse_dtypes(env["DROPLET_UNSUPPORTED_DTYPES"])
         if env.get("DROPLET_MATMUL_PRECISION"):
             traits.matmul_precision = env["DROPLET_MATMUL_PRECISION"].strip().lower()
+        if env.get("DROPLET_MALLOC_LATENCY_US", "").strip():
+            try:
+                traits.malloc_latency_us = float(env["DROPLET_MALLOC_LATENCY_US"])
+            except ValueError:
+                raise ValueError(f"DROPLET_MALLOC_LATENCY_US={env['DROPLET_MALLOC_LATENCY_US']!r} is not a number "
+                                 "of microseconds") from None
         traits.validate()
         return traits
 

@@ -44,7 +44,7 @@ def runtime() -> DropletRuntime:
 
 def configure(**changes: Any) -> None:
     """Change droplet switches: ``faults`` (str or list of Fault), ``unsupported_dtypes``,
-    ``matmul_precision``, ``memory_capacity`` (bytes or "16GiB"), ``device_count``."""
+    ``matmul_precision``, ``memory_capacity`` (bytes or "16GiB"), ``device_count``, ``malloc_latency_us``."""
     if isinstance(changes.get("memory_capacity"), str):
         changes["memory_capacity"] = parse_size(changes["memory_capacity"])
     from torch_dipu.state import get_state, resolve_visible
@@ -71,4 +71,5 @@ def switches(**changes: Any) -> Iterator[DropletRuntime]:
             memory_capacity=saved_traits.memory_capacity,
             unsupported_dtypes=saved_traits.unsupported_dtypes,
             matmul_precision=saved_traits.matmul_precision,
+            malloc_latency_us=saved_traits.malloc_latency_us,
         )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,21 @@ class DropletRuntime(DeviceRuntime):
     def memory_capacity(self, index: int) -> int:
         return self.traits.memory_capacity
 
+    def raw_malloc(self, index: int, nbytes: int) -> int:
+        self._latency()
+        return super().raw_malloc(index, nbytes)
+
+    def raw_free(self, index: int, address: int, nbytes: int) -> None:
+        self._latency()
+        super().raw_free(index, address, nbytes)
+
+    def _latency(self) -> None:
+        """Busy-wait ``malloc_latency_us`` (``DROPLET_MALLOC_LATENCY_US``), as a driver's malloc/free takes."""
+        if self.traits.malloc_latency_us:
+            end = time.perf_counter_ns() + int(self.traits.malloc_latency_us * 1000)
+            while time.perf_counter_ns() < end:
+                pass
+
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         return dtype not in self.traits.unsupported_dtypes
 
@@ -57,7 +73,7 @@ class DropletRuntime(DeviceRuntime):
     # -- switches -------------------------------------------------------------------------------------
     def reconfigure(self, **changes: Any) -> None:
         """Change traits (``device_count``, ``memory_capacity``, ``unsupported_dtypes``,
-        ``matmul_precision``) and/or ``faults``; kernels are re-selected on the next call."""
+        ``matmul_precision``, ``malloc_latency_us``) and/or ``faults``; kernels are re-selected on the next call."""
         new = self.impl.replace(**changes)  # nothing changes unless every switch is valid
         self.traits, self.faults = new.traits, list(new.faults)
         for listener in self._listeners:
