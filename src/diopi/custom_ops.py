@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch.library import custom_op, register_autograd, register_fake
 
@@ -447,3 +448,82 @@ def _rotary_fake(input, cos, sin, interleaved=False):
 @register_fake("diopi::silu_and_mul")
 def _silu_and_mul_fake(input):
     return input.new_empty(*input.shape[:-1], input.shape[-1] // 2)
+
+
+# ---------------------------------------------------------------------------------------------- tensor statistics
+#: What ``diopi::tensor_stats`` returns for each tensor, one group of ``len(tensors)`` numbers per column: min,
+#: max, sum and 2-norm over the finite elements, then how many elements are not finite and how many are NaN.
+TENSOR_STATS_COLUMNS = ("min", "max", "sum", "norm", "non_finite", "nan")
+
+
+def _column_stats(t: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+    finite = torch.isfinite(t)
+    zeroed = torch.where(finite, t, 0).to(dtype)
+    if t.numel() == 0:
+        low = high = torch.tensor(math.nan, dtype=dtype, device=t.device)
+    else:
+        low = torch.where(finite, t, math.inf).amin().to(dtype)
+        high = torch.where(finite, t, -math.inf).amax().to(dtype)
+        none_finite = ~finite.any()
+        low = torch.where(none_finite, math.nan, low)
+        high = torch.where(none_finite, math.nan, high)
+    return [low, high, zeroed.sum(), torch.linalg.vector_norm(zeroed), (~finite).sum().to(dtype),
+            torch.isnan(t).sum().to(dtype)]
+
+
+def tensor_stats(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """Statistics of floating tensors without reading them on the host: a 1-D tensor of ``dtype`` on their
+    device with ``len(TENSOR_STATS_COLUMNS) * len(tensors)`` numbers, column after column (all minima, then all
+    maxima, ...). min and max of a tensor with no finite element are NaN. Tools call it to reduce many tensors
+    in one kernel and read the results later in one copy (op_tools' OpCapture statistics)."""
+    if not tensors:
+        raise ValueError("diopi::tensor_stats needs at least one tensor")
+    rows = [_column_stats(t.detach(), dtype) for t in tensors]
+    return torch.stack([rows[i][c] for c in range(len(TENSOR_STATS_COLUMNS)) for i in range(len(tensors))])
+
+
+def _tensor_stats_fake(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    return tensors[0].new_empty(len(TENSOR_STATS_COLUMNS) * len(tensors), dtype=dtype)
+
+
+def _host_column_values(t: torch.Tensor) -> tuple[float, ...]:
+    """One tensor's :data:`TENSOR_STATS_COLUMNS` on the host: torch's vectorized sum, numpy's min, max and dot
+    product in the tensor's precision (float64 when the squares overflow it); masks only when the sum shows a
+    non-finite element."""
+    if t.numel() == 0:
+        return (math.nan, math.nan, 0.0, 0.0, 0, 0)
+    t = t.detach()
+    if t.dtype not in (torch.float32, torch.float64):
+        t = t.float()
+    total = float(t.sum())
+    a = t.contiguous().numpy().reshape(-1)
+    if math.isfinite(total):
+        with np.errstate(over="ignore"):
+            sumsq = float(np.dot(a, a))
+        if math.isinf(sumsq):
+            wide = a.astype(np.float64)
+            sumsq = float(np.dot(wide, wide))
+        return (float(a.min()), float(a.max()), total, math.sqrt(sumsq), 0, 0)
+    finite = np.isfinite(a)
+    kept = a[finite].astype(np.float64)
+    nan = int(np.count_nonzero(np.isnan(a)))
+    if kept.size == 0:
+        return (math.nan, math.nan, 0.0, 0.0, int(a.size), nan)
+    return (float(kept.min()), float(kept.max()), float(kept.sum()), math.sqrt(float(np.dot(kept, kept))),
+            int(a.size - kept.size), nan)
+
+
+def _tensor_stats_cpu(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    if not tensors:
+        raise ValueError("diopi::tensor_stats needs at least one tensor")
+    rows = [_host_column_values(t) for t in tensors]
+    return torch.tensor([row[c] for c in range(len(TENSOR_STATS_COLUMNS)) for row in rows], dtype=dtype)
+
+
+# Defined with torch.library directly rather than custom_op: tools call it once per operator call, and custom_op's
+# Python layers would cost more than the reduction of a few small tensors.
+_TENSOR_STATS_LIBRARY = torch.library.Library("diopi", "FRAGMENT")
+_TENSOR_STATS_LIBRARY.define("tensor_stats(Tensor[] tensors, ScalarType dtype) -> Tensor")
+_TENSOR_STATS_LIBRARY.impl("tensor_stats", tensor_stats, "CompositeExplicitAutograd")
+_TENSOR_STATS_LIBRARY.impl("tensor_stats", _tensor_stats_cpu, "CPU")
+register_fake("diopi::tensor_stats", _tensor_stats_fake, lib=_TENSOR_STATS_LIBRARY)

@@ -2,8 +2,9 @@
 
 :func:`defer` reduces the device tensors of one call with device operators only, and keeps the results (a few
 numbers per tensor, in one small device tensor per call) in a queue; nothing is read on the host. Non-finite
-elements are masked with ``nan_to_num``; the reductions are ``foreach`` operators over the call's tensors
-where PyTorch has them (norm, max), so a call costs about four operators per tensor plus ten. :func:`resolve`
+elements are left out of min, max, sum and norm and counted apart; all of a call's tensors are reduced by one
+call of the DIOPI function ``diopiTensorStats`` (``torch.ops.diopi.tensor_stats``), one kernel on a vendor that
+implements it. :func:`resolve`
 brings every waiting result to the host in one copy per device and fills the statistics dicts in place. Host
 tensors are reduced at once by the CPU kernel, so they get the very figures of
 :func:`op_tools.tensor_stats.device_stats`; device tensors get them within float32 rounding (sums, norms and
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 
+import diopi  # noqa: F401  (defines torch.ops.diopi.tensor_stats)
 from op_tools.protocol import internal
 from op_tools.tensor_stats import device_stats, stats_of
 
@@ -83,18 +85,10 @@ def _as_float(t: torch.Tensor, wide: torch.dtype) -> torch.Tensor:
 
 
 def _reduce(tensors: list[torch.Tensor], acc: torch.dtype) -> torch.Tensor:
-    """:data:`_FIELDS` numbers per tensor in one device tensor of ``acc``, by device operators only."""
-    finite_only = [torch.nan_to_num(t, 0.0, 0.0, 0.0) for t in tensors]
-    highs = [torch.nan_to_num(t, -math.inf, -math.inf, -math.inf) for t in tensors]
-    negated_lows = torch._foreach_neg([torch.nan_to_num(t, math.inf, math.inf, math.inf) for t in tensors])
-    sums = [z.sum(dtype=acc) for z in finite_only]
-    norms = torch._foreach_norm(finite_only, 2, dtype=acc)
-    maxima = torch._foreach_max(highs)
-    minima = torch._foreach_neg(torch._foreach_max(negated_lows))
-    # x - x is 0 for a finite x and NaN otherwise; sigmoid(x) * 0 is NaN only for a NaN x; ord 0 counts non-zeros.
-    non_finite = torch._foreach_norm(torch._foreach_sub(tensors, tensors), 0, dtype=acc)
-    nans = torch._foreach_norm(torch._foreach_mul(torch._foreach_sigmoid(tensors), 0.0), 0, dtype=acc)
-    return torch.stack([*minima, *maxima, *sums, *norms, *non_finite, *nans]).to(acc)
+    """:data:`_FIELDS` numbers per tensor in one device tensor of ``acc``: one call of the DIOPI function
+    ``diopiTensorStats`` (``torch.ops.diopi.tensor_stats``), which a vendor runs as one kernel and any other
+    device as a few device operators; nothing is read on the host."""
+    return torch.ops.diopi.tensor_stats(tensors, acc)
 
 
 def forget(tensors: list[torch.Tensor]) -> None:

@@ -6,6 +6,7 @@ FAMILY = "reduction"
 # name | packets | tags | backward function | summary
 TABLE = """
 diopiSum | sum | | | Sum over all or the given dims, optional dtype.
+diopiTensorStats | diopi::tensor_stats | | | Min, max, sum and 2-norm of the finite elements and the non-finite and NaN counts of each tensor in a list, as one device tensor (tool statistics without a host read).
 diopiNanSum | nansum | | | Sum treating NaN as zero.
 diopiMean | mean | | | Mean over all or the given dims.
 diopiProd | prod | | | Product over all elements or one dim.

@@ -52,6 +52,13 @@ POSITIVE_NEAR_1 = Values("uniform", 0.8, 1.25)
 
 CONFIGS: list[Config] = [
     *reduction("diopiSum", "sum.default", "sum.dim_IntList", dtypes=FLOAT3 + (torch.int64,)),
+    Config("diopiTensorStats", op="diopi::tensor_stats.default", inputs={"tensors": Input(list_of=3)},
+           shapes=[([(4, 5), (3,), (0,)],), ([(), (32, 48), (2, 3, 4)],)], dtypes=(torch.float32,),
+           params={"dtype": [torch.float64]}, layouts=("contiguous", "noncontiguous")),
+    Config("diopiTensorStats", op="diopi::tensor_stats.default",
+           inputs={"tensors": Input(list_of=2, values=SPECIAL)}, shapes=[([(4, 5), (16,)],)],
+           dtypes=(torch.float32, torch.bfloat16), params={"dtype": [torch.float32]},
+           note="NaN and infinities are left out of min, max, sum and norm and counted apart"),
     *reduction("diopiNanSum", "nansum.default", "nansum.default", values=Values("special"),
                dtypes=FLOAT3 + (torch.float64,)),
     *reduction("diopiMean", "mean.default", "mean.dim", dtypes=FLOAT3 + (torch.float64,)),
