@@ -32,6 +32,7 @@ import torch
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_tensors
 from diopi.env import split_list
+from diopi.impl import tensors as tensors_in
 from diopi.reference import judge_outputs, widen
 from diopi.result_table import ResultTable, default_run_id, free_run_dir, process_rank
 from torch_dipu import dispatch, kernels
@@ -262,14 +263,6 @@ def _map(value: Any, fn: Any) -> Any:
     return value
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
 def _same_bits(actual: torch.Tensor, before: torch.Tensor) -> bool:
     if torch.equal(actual, before):
         return True
@@ -324,11 +317,11 @@ class _Call:
         lines: list[str] = []
         rows: list[dict[str, Any]] = []
         written_storages = {_host(t).untyped_storage().data_ptr()
-                            for n, v in zip(self.names, given, strict=True) if n in self.written for t in _tensors(v)}
+                            for n, v in zip(self.names, given, strict=True) if n in self.written for t in tensors_in(v)}
         for name, value, before in zip(self.names, given, self.before, strict=True):
             if name in self.written:
                 continue
-            tensors, copies = _tensors(value), _tensors(before)
+            tensors, copies = tensors_in(value), tensors_in(before)
             for k, (t, b) in enumerate(zip(tensors, copies, strict=True)):
                 host = _host(t)
                 if host.untyped_storage().data_ptr() in written_storages or _same_bits(host, b):
@@ -350,7 +343,7 @@ class _Call:
                 wide_cache.append(self._run(wide=True))
             return wide_cache[0]
 
-        returned = {id(t) for t in _tensors(out)}
+        returned = {id(t) for t in tensors_in(out)}
         actual = _map(out, _host)
         judged = [] if out is None and expected is None else \
             _pair(judge_outputs(actual, expected, lambda: wide()[0], op=self.name), actual)
@@ -360,7 +353,7 @@ class _Call:
             judged = [(_renamed(c, by_id[id(t)]) if id(t) in by_id and c.path == "out" else c, leaf)
                       for (c, leaf), t in zip(judged, leaves, strict=True)]
         for name, value in zip(self.names, given, strict=True):
-            if name not in self.written or all(id(t) in returned for t in _tensors(value)):
+            if name not in self.written or all(id(t) in returned for t in tensors_in(value)):
                 continue
             device_value = _map(value, _host)
             comparisons = judge_outputs(device_value, expected_written[name], lambda n=name: wide()[1][n],
