@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_dipu import device_autocompare, device_module, dispatch, dump_args, kernels, mem_check
+from torch_dipu import device_autocompare, device_module, dicl, dispatch, dump_args, kernels, mem_check
 from torch_dipu.allocator import CachingAllocator
 from torch_dipu.call_counter import count_function_calls
 from torch_dipu.config import DipuConfig
@@ -49,6 +49,7 @@ def _init() -> None:
     mem_check.install(state)
     device_autocompare.install(state)
     dump_args.install(state)
+    dicl.register()
 
 
 def _sync_devices() -> None:

@@ -130,6 +130,9 @@ class DipuConfig:
     mem_check_log_interval: int = 1000
     #: ``DIPU_DEVICE_MEMCACHING_ALGORITHM``: ``BF``, ``BS`` or ``RAW`` (:data:`MEMCACHING_ALGORITHMS`).
     memcaching_algorithm: str = "BF"
+    #: ``DICL_CHECK_COLLECTIVES`` (default on): before each collective on dipu tensors, the ranks exchange the op,
+    #: dtype and shape they pass, so a mismatch is an error on every rank instead of a hang (torch_dipu.dicl).
+    check_collectives: bool = True
 
     @classmethod
     def from_env(cls, cwd: Path | None = None) -> DipuConfig:
@@ -151,4 +154,5 @@ class DipuConfig:
             mem_check_log_interval=parse_count(env.get("DIPU_MEM_CHECK_LOG_INTERVAL"),
                                                "DIPU_MEM_CHECK_LOG_INTERVAL", 1000),
             memcaching_algorithm=parse_memcaching_algorithm(env.get(MEMCACHING_ALGORITHM)),
+            check_collectives=env_flag("DICL_CHECK_COLLECTIVES", default=True),
         )

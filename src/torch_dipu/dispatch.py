@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import diopi
-from torch_dipu import factories, host_sync, kernels, storage
+from torch_dipu import dicl, factories, host_sync, kernels, storage
 from torch_dipu.state import get_state
 from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage, set_handler_builder
 
@@ -186,6 +186,10 @@ def _run_recorded(name: str, run: Any, kernel: Any, func: Any, uargs: list, ukwa
 
 def build_handler(func: torch._ops.OpOverload) -> Handler:
     """Build, cache and return the handler for ATen overload ``func``."""
+    if func.namespace == "c10d":  # collectives run on the group's transport (torch_dipu.dicl)
+        handler = dicl.build_handler(func)
+        _HANDLERS[func] = handler
+        return handler
     state = get_state()
     schema = func._schema
     plan = kernels.select(func, state)

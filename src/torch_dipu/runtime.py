@@ -8,6 +8,7 @@ top of it by torch_dipu. A vendor's storage tensors (``DipuTensor._raw``) are ho
 
 from __future__ import annotations
 
+import datetime
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -93,6 +94,17 @@ class DeviceRuntime(ABC):
         """Allocate uninitialized page-locked host memory (``Tensor.pin_memory()``) that the device can copy
         from without staging. Python vendors copy synchronously, so ordinary host memory serves."""
         return torch.empty_strided(size, stride, dtype=dtype)
+
+    def collective_backend(self, store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Any:
+        """The c10d backend that carries the ``dicl`` collectives of one process group (:mod:`torch_dipu.dicl`).
+
+        It receives this vendor's storage tensors (those :meth:`new_storage` makes). The default is gloo over
+        host buffers, right for storage in host memory; a vendor with a collective library (hccl, cncl, ...)
+        returns its backend here. ``store`` is the group's prefixed store, ``timeout`` the group's timeout.
+        """
+        from torch.distributed import ProcessGroupGloo
+
+        return ProcessGroupGloo(store, rank, size, timeout)
 
     def properties(self, index: int) -> dict[str, Any]:
         """Static device properties reported by ``torch.dipu.get_device_properties``."""

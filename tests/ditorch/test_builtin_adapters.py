@@ -96,7 +96,7 @@ def test_adapter_table_lists_every_builtin_with_its_backend():
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
         **{v[1]: [v[2], v[3], v[4], False] for v in VENDORS},
         **{n: ["torch", n, b, True] for n, b in NATIVE},
-        "dipu": ["torch_dipu", "dipu", "gloo", False],
+        "dipu": ["torch_dipu", "dipu", "dicl", False],
     }
 
 

@@ -36,7 +36,7 @@ def test_fake_npu_wins_over_dipu():
 
 def test_only_dipu_installed_chooses_dipu():
     result, stderr = probe()
-    assert (result["adapter"], result["dist_backend"], result["failures"]) == ("dipu", "gloo", [])
+    assert (result["adapter"], result["dist_backend"], result["failures"]) == ("dipu", "dicl", [])
     assert stderr == [f"ditorch: droplet (simulated accelerator) torch_dipu:0.1.0 pid: {result['pid']}"]
 
 
@@ -107,5 +107,5 @@ def test_adapters_are_ordered_and_detecting_again_after_mocking_gives_the_same_c
     names = ["npu", "mlu", "musa", "biren", "cuda", "xpu", "mps", "dipu"]
     assert proc.stdout.split(maxsplit=len(names))[:len(names)] == names, proc.stderr
     assert proc.stdout.rstrip().endswith("name='dipu', framework='torch_dipu', device_type='dipu', "
-                                         "dist_backend='gloo', priority=90, "
+                                         "dist_backend='dicl', priority=90, "
                                          "visible_devices_env='DIPU_VISIBLE_DEVICES'), [])"), proc.stdout

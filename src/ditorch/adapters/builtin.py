@@ -66,8 +66,8 @@ def mps() -> Adapter:
 
 
 def dipu() -> Adapter:
-    """torch_dipu's ``dipu`` device (droplet by default); gloo until dipu has a collective backend."""
-    return Adapter(name="dipu", framework="torch_dipu", device_type="dipu", dist_backend="gloo", priority=90,
+    """torch_dipu's ``dipu`` device (droplet by default); collectives on torch_dipu's ``dicl`` backend."""
+    return Adapter(name="dipu", framework="torch_dipu", device_type="dipu", dist_backend="dicl", priority=90,
                    visible_devices_env="DIPU_VISIBLE_DEVICES")
 
 
