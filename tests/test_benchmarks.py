@@ -109,3 +109,11 @@ def test_allocator_benchmark(tmp_path: Path) -> None:
     calls = rows["vendor_calls_per_step_latency0"]
     assert calls["baseline"] > 100 and calls["value"] < calls["baseline"] / 10  # the cache serves a warm step
     assert rows["reserved_over_allocated"]["value"] >= 1 and rows["w1_step_ms_latency50"]["value"] > 0
+
+
+def test_dicl_bandwidth_benchmark(tmp_path: Path) -> None:
+    rows = _run_benchmark(tmp_path, "bench_dicl.py", ["--sizes", "65536", "--seconds", "0.02"])
+    assert set(rows) == {"all_reduce_65536B"}
+    for row in rows.values():
+        assert row["value"] > 0 and row["baseline"] > 0 and row["unchecked_gbps"] > 0
+        assert row["ratio"] == pytest.approx(row["value"] / row["baseline"], rel=1e-2)

@@ -12,6 +12,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+if sys.argv[1:2] == ["nccl"]:
+    import ditorch  # noqa: F401  (CUDA-written code: "nccl" maps to the device's backend)
 import torch_dipu  # noqa: F401  (registers dipu and dicl)
 
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -193,7 +195,9 @@ def main() -> None:
                   for name in results}
         merged["barrier"] = [barrier_ok, ""]
         merged["backend"] = [dist.get_backend() == "dicl", dist.get_backend()]
-        merged["default_backend_for_dipu"] = [dist.get_default_backend_for_device("dipu") == "dicl", ""]
+        accelerator = torch.accelerator.current_accelerator()
+        merged["default_backend_for_accelerator"] = [dist.get_default_backend_for_device(accelerator) == "dicl",
+                                                     str(accelerator)]
         print("RESULT " + json.dumps(merged), flush=True)
     dist.destroy_process_group()
 
