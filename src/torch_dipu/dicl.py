@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
 BACKEND_NAME = "dicl"
@@ -51,8 +52,6 @@ def register() -> None:
 
 
 def _create_backend(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Any:
-    from torch_dipu.state import get_state
-
     return get_state().runtime.collective_backend(store, rank, size, timeout)
 
 
@@ -305,8 +304,6 @@ def build_handler(func: torch._ops.OpOverload) -> Callable[[tuple, dict | None],
     op = func._opname
 
     def handler(args: tuple, kwargs: dict | None) -> Any:
-        from torch_dipu.state import get_state
-
         a = _bind(func, args, kwargs)
         pg = dist.ProcessGroup.unbox(a["process_group"])
         if check and get_state().config.check_collectives and pg.size() > 1:
