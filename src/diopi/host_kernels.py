@@ -9,6 +9,9 @@ the matching backward kernel below.
 
 LSTM workspace: the activated gates ``[i, f, g, o]`` (N x 4H). GRU workspace: ``[r, z, n, hx, hn]``
 (N x 5H), ``hn`` being the hidden-side new-gate input before it is scaled by ``r``.
+
+``histc`` of an integer tensor has no CPU kernel either, while accelerators (CUDA) take it and MoE code relies
+on it (transformers' grouped-mm experts count tokens per expert with ``histc`` of int32 ids off the CPU).
 """
 
 from __future__ import annotations
@@ -79,10 +82,36 @@ def gru_cell_backward(op: Any, grad_hy: torch.Tensor, workspace: torch.Tensor, h
     return grad_input, grad_hidden, grad_hy * z, grad_input.sum(0), grad_hidden.sum(0)
 
 
+def histc(op: Any, self: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> torch.Tensor:
+    """``histc``: PyTorch's CPU kernel for floating-point inputs; integer inputs as CUDA counts them.
+
+    For an integer tensor, ``min``/``max`` are cast to integers, ``min == max`` takes the data's range (widened
+    by one on each side when it is a single value), elements outside ``[min, max]`` are ignored and the bin of
+    ``v`` is ``(v - min) * bins // (max - min)`` (the last edge belongs to the last bin), in integer arithmetic.
+    The result has the input's dtype.
+    """
+    if self.is_floating_point() or self.is_complex():
+        return op._op(self, bins, min, max)
+    if bins <= 0:
+        raise RuntimeError(f"torch.histc: bins must be > 0, but got {bins} for dimension 0")
+    values = self.reshape(-1).to(torch.int64)
+    low, high = int(min), int(max)
+    if low == high and values.numel():
+        low, high = int(values.min()), int(values.max())
+    if low == high:
+        low, high = low - 1, high + 1
+    if low > high:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    values = values[(values >= low) & (values <= high)]
+    index = ((values - low) * bins).div(high - low, rounding_mode="floor").clamp_(max=bins - 1)
+    return torch.bincount(index, minlength=bins).to(self.dtype)
+
+
 #: DIOPI function name -> reference kernel, for the functions whose ATen operator has no CPU kernel.
 REFERENCES = {
     "diopiLstmCell": lstm_cell,
     "diopiLstmCellBackward": lstm_cell_backward,
     "diopiGruCell": gru_cell,
     "diopiGruCellBackward": gru_cell_backward,
+    "diopiHistc": histc,
 }

@@ -12,8 +12,10 @@ from op_tools.config import int_at_least
 def _demo(args: argparse.Namespace) -> int:
     from ditorch import demo
 
+    if args.list_models:
+        return demo.list_models()
     return demo.run(steps=args.steps, device=args.device, seed=args.seed, lr=args.lr, autocompare=args.autocompare,
-                    fault=args.fault, results_dir=args.results_dir)
+                    fault=args.fault, results_dir=args.results_dir, model=args.model)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -31,13 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="<command>")
 
     from ditorch import demo  # light: transformers is imported only when the demo runs
+    from ditorch.models import FAMILIES
 
     p = commands.add_parser(
         "demo",
-        help="train a tiny Llama-style model for a few steps on the best available device",
-        description="Train a tiny Llama-style model (2 layers, hidden 128) on synthetic data for a few steps "
-                    "on the best available device: a native accelerator if PyTorch has one, else dipu.",
+        help="train a tiny model (Llama, Qwen, InternVL, DeepSeek-V3, ...) for a few steps on the best device",
+        description="Train a tiny model of one of the seeds' families (2 layers, hidden 128, random weights: nothing "
+                    "is downloaded) on synthetic data for a few steps on the best available device: a native "
+                    "accelerator if PyTorch has one, else dipu.",
     )
+    p.add_argument("--model", metavar="NAME", default=demo.DEFAULT_MODEL,
+                   help=f"model family: {', '.join(FAMILIES)} (default {demo.DEFAULT_MODEL}; --list-models says what "
+                        f"each exercises)")
+    p.add_argument("--list-models", action="store_true", help="list the model families and exit")
     p.add_argument("--steps", type=int_at_least(0), default=demo.DEFAULT_STEPS,
                    help=f"training steps (default {demo.DEFAULT_STEPS})")
     p.add_argument("--device", default=None,

@@ -1,8 +1,9 @@
-"""``ditorch demo``: train a tiny Llama-style model for a few steps on the best available device.
+"""``ditorch demo``: train a tiny model of one of the seeds' families for a few steps on the best available device.
 
-The whole training loop is :func:`train`; the model and data builders are small helpers so a reader
-sees in one place what runs. Data are synthetic: a random token pattern (from a seeded generator)
-repeated along the sequence, so a correct device makes the loss fall visibly within a few steps.
+The whole training loop is :func:`train`; the models and their data come from :mod:`ditorch.models`
+(``--model NAME``, default the tiny Llama; ``--list-models`` lists them). Data are synthetic: a random token
+pattern (from a seeded generator) repeated along the sequence, so a correct device makes the loss fall visibly
+within a few steps.
 
 ``--autocompare`` trains under :class:`op_tools.OpAutoCompare` (every operator call on the device checked
 against the CPU). ``--fault OP:KIND[:PARAM]`` rehearses a debugging session: it injects a droplet fault
@@ -24,45 +25,14 @@ from typing import Any
 import torch
 
 from ditorch.device import best_device
+from ditorch.models import BATCH_SIZE, FAMILIES, SEQ_LEN, get_family
 
-VOCAB_SIZE = 1000
 DEFAULT_STEPS = 10
 DEFAULT_SEED = 0
 DEFAULT_LR = 1e-3
-BATCH_SIZE = 4
-SEQ_LEN = 64
-PATTERN_LEN = 8
+DEFAULT_MODEL = "llama"
 #: Exit status of a demo that cannot run as asked (``--fault`` without droplet's dipu, a malformed fault).
 EXIT_USAGE = 2
-
-
-def tiny_llama(seed: int = DEFAULT_SEED) -> torch.nn.Module:
-    """A 2-layer Llama (hidden 128, 4 heads, 2 KV heads, vocab 1000) with seeded random weights, on the CPU."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
-
-
-def synthetic_batches(steps: int, seed: int = DEFAULT_SEED, batch_size: int = BATCH_SIZE,
-                      seq_len: int = SEQ_LEN, vocab_size: int = VOCAB_SIZE) -> list[torch.Tensor]:
-    """``steps`` batches of token ids: one random pattern, each row starting at a random phase of it."""
-    generator = torch.Generator().manual_seed(seed)
-    pattern = torch.randint(0, vocab_size, (PATTERN_LEN,), generator=generator)
-    positions = torch.arange(seq_len)
-    batches = []
-    for _ in range(steps):
-        phases = torch.randint(0, PATTERN_LEN, (batch_size, 1), generator=generator)
-        batches.append(pattern[(positions + phases) % PATTERN_LEN])
-    return batches
 
 
 @dataclass
@@ -74,21 +44,21 @@ class DemoResult:
 
 def train(device: torch.device, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED, lr: float = DEFAULT_LR,
           on_step: Callable[[int, float], None] | None = None,
-          watch: AbstractContextManager | None = None) -> DemoResult:
-    """Train the tiny Llama for ``steps`` AdamW steps on ``device``; ``on_step(step, loss)`` after each.
+          watch: AbstractContextManager | None = None, model: str = DEFAULT_MODEL) -> DemoResult:
+    """Train the tiny ``model`` (a :data:`ditorch.models.FAMILIES` name) for ``steps`` AdamW steps on ``device``;
+    ``on_step(step, loss)`` after each.
 
     ``watch`` (an op tool such as :class:`op_tools.OpAutoCompare`, or any context manager) is active
     around the training steps.
     """
-    model = tiny_llama(seed).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    batches = synthetic_batches(steps, seed)
+    family = get_family(model)
+    network = family.build(seed).to(device)
+    optimizer = torch.optim.AdamW(network.parameters(), lr=lr)
     result = DemoResult(device)
     start = time.perf_counter()
     with watch if watch is not None else contextlib.nullcontext():
-        for step, batch in enumerate(batches, 1):
-            input_ids = batch.to(device)
-            loss = model(input_ids=input_ids, labels=input_ids).loss
+        for step in range(1, steps + 1):
+            loss = network(**family.batch(step - 1, seed, device)).loss
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -144,9 +114,20 @@ def describe_row(row: dict[str, Any]) -> str:
             f"(call #{row.get('id')}, step {row.get('step')}, at {row.get('call_site')})")
 
 
+def list_models() -> int:
+    """``ditorch demo --list-models``: print one line per model family (name, what it exercises); exit code 0."""
+    width = max(len(name) for name in FAMILIES)
+    for family in FAMILIES.values():
+        print(f"{family.name:<{width}}  {family.description}")
+    return 0
+
+
 def run(steps: int = DEFAULT_STEPS, device: str | None = None, seed: int = DEFAULT_SEED, lr: float = DEFAULT_LR,
-        autocompare: bool = False, fault: str | None = None, results_dir: str | Path | None = None) -> int:
+        autocompare: bool = False, fault: str | None = None, results_dir: str | Path | None = None,
+        model: str = DEFAULT_MODEL) -> int:
     """The ``ditorch demo`` command: returns the process exit code.
+
+    ``model`` names the model family (:data:`ditorch.models.FAMILIES`); an unknown name exits with status 2.
 
     ``autocompare`` trains under OpAutoCompare (results under ``results_dir``, else ``OP_TOOLS_RESULTS_DIR``,
     else ``op_tools_results``). ``fault`` implies it and injects that droplet fault; the exit code is then 0
@@ -158,10 +139,15 @@ def run(steps: int = DEFAULT_STEPS, device: str | None = None, seed: int = DEFAU
 
     console = Console(highlight=False, soft_wrap=True)
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        family = get_family(model)
+    except ValueError as exc:
+        errors.print(f"[red]error: {escape(str(exc))} (ditorch demo --list-models)[/red]")
+        return EXIT_USAGE
     target = best_device(device)
     console.print(f"device: {describe(target)}")
-    console.print(f"model: tiny Llama (2 layers, hidden 128, vocab {VOCAB_SIZE}), batch {BATCH_SIZE}x{SEQ_LEN}, "
-                  f"AdamW lr={lr:g}, seed {seed}")
+    images = f" + {family.image_tokens} image tokens" if family.image_tokens else ""
+    console.print(f"model: {escape(family.title)}, batch {BATCH_SIZE}x{SEQ_LEN}{images}, AdamW lr={lr:g}, seed {seed}")
     inject: AbstractContextManager = contextlib.nullcontext()
     checker = None
     if fault is not None:
@@ -190,7 +176,7 @@ def run(steps: int = DEFAULT_STEPS, device: str | None = None, seed: int = DEFAU
             progress.console.print(f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}")
             progress.update(task, advance=1, loss=f"loss {loss:.4f}")
 
-        result = train(target, steps=steps, seed=seed, lr=lr, on_step=on_step, watch=checker)
+        result = train(target, steps=steps, seed=seed, lr=lr, on_step=on_step, watch=checker, model=model)
     status = 0
     if not result.losses:
         console.print(f"done: device {target}, 0 steps")
