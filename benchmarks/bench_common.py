@@ -5,13 +5,17 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def git_commit() -> str | None:
@@ -190,3 +194,24 @@ def nop_observer(device: str, backward: bool = False) -> object:
     if backward:
         tool.phases = Phase.AFTER | Phase.BACKWARD
     return tool
+
+
+def torchrun_result(script: str | Path, args: list[str], nproc: int, env: dict[str, str] | None = None,
+                    timeout: float = 900) -> Any:
+    """Run ``script args`` under ``torchrun --standalone`` on ``nproc`` processes and return the JSON that rank 0
+    prints after ``RESULT ``; a failure or a launch past ``timeout`` (every process killed) raises RuntimeError."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               str(script), *args]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise RuntimeError(f"{Path(script).name}: the torchrun launch did not finish in {timeout} s:\n"
+                           f"{stderr[-3000:]}") from None
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{Path(script).name}: the torchrun launch failed ({proc.returncode}):\n{stderr[-5000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))

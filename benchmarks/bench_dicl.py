@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench_common import environment, write_json
+from bench_common import environment, torchrun_result, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dicl.json"
 DEFAULT_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
@@ -66,13 +64,9 @@ def worker(sizes: list[int], seconds: float, mode: str) -> None:
 
 
 def _launch(nproc: int, sizes: list[int], seconds: float, mode: str, env: dict[str, str]) -> dict[int, float]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", __file__,
-               "--worker", mode, "--sizes", ",".join(map(str, sizes)), "--seconds", str(seconds)]
-    proc = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return {int(k): v for k, v in json.loads(line[7:]).items()}
-    raise RuntimeError(f"{mode} run failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    result = torchrun_result(__file__, ["--worker", mode, "--sizes", ",".join(map(str, sizes)), "--seconds",
+                                        str(seconds)], nproc, env=env)
+    return {int(k): v for k, v in result.items()}
 
 
 def bus_gbps(size: int, seconds: float, nproc: int) -> float:

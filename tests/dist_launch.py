@@ -14,18 +14,20 @@ _CLEAN_PREFIXES = ("DIPU_", "DROPLET_", "OP_", "DICL_", "TORCHELASTIC_", "RANK",
 
 
 def torchrun(script: str | Path, *args: str, nproc: int = 2, env: dict[str, str] | None = None,
-             timeout: float = 180, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+             timeout: float = 240, prefix: tuple[str, ...] = (), cwd: str | Path | None = None,
+             ) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --standalone --nproc_per_node nproc [prefix...] script args``.
 
-    The environment is the test's without dipu/droplet/op_tools/torchrun variables, plus ``env``. On timeout
-    every process of the launch is killed and ``AssertionError`` names the script.
+    The environment is the test's without dipu/droplet/op_tools/torchrun variables, plus ``env``; ``prefix`` are
+    torchrun options before the script (``("-m", "ditorch")``, ``("--no-python",)``). On timeout every process of
+    the launch is killed and ``AssertionError`` names the script.
     """
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(_CLEAN_PREFIXES)}
     full_env.update(env or {})
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                *prefix, str(script), *args]
     proc = subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=cwd)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -37,8 +39,9 @@ def torchrun(script: str | Path, *args: str, nproc: int = 2, env: dict[str, str]
 
 
 def result_line(proc: subprocess.CompletedProcess) -> object:
-    """The JSON after ``RESULT `` in the launch's output (rank 0 prints it); AssertionError with the logs if none."""
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+    """The JSON after the last ``RESULT `` in the launch's output (rank 0 prints it); AssertionError with the logs
+    if there is none."""
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if lines:
+        return json.loads(lines[-1][len("RESULT "):])
     raise AssertionError(f"no RESULT line (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")

@@ -117,3 +117,17 @@ def test_dicl_bandwidth_benchmark(tmp_path: Path) -> None:
     for row in rows.values():
         assert row["value"] > 0 and row["baseline"] > 0 and row["unchecked_gbps"] > 0
         assert row["ratio"] == pytest.approx(row["value"] / row["baseline"], rel=1e-2)
+
+
+def test_ddp_benchmark(tmp_path: Path) -> None:
+    """DDP of W1 on 2 processes against 1 (one torchrun launch) and the dicl time per step: structure only."""
+    rows = _run_benchmark(tmp_path, "bench_ddp.py", ["--rounds", "1", "--steps", "1", "--warmup", "1"])
+    assert set(rows) == {"w1_ddp_step_2proc", "w1_ddp_step_1proc", "w1_dicl_ms_per_step_2proc",
+                         "w1_dicl_ms_per_step_2proc_nocheck"}
+    for row in rows.values():
+        assert row["value"] > 0 and row["baseline"] > 0 and row["ratio"] > 0 and row["unit"] == "ms"
+    step = rows["w1_ddp_step_2proc"]
+    assert step["processes"] == [2, 1] and step["per_rank_batch"] == [2, 64] and step["buckets"] >= 1
+    dicl = rows["w1_dicl_ms_per_step_2proc"]
+    assert dicl["allreduce_calls_per_step"] == step["buckets"]
+    assert dicl["allreduce_bytes_per_step"] == 4 * 551_552  # every W1 gradient (float32) reduced once a step

@@ -216,6 +216,28 @@ class CachingAllocator:
             del self._live[key]
         self.free(old)
 
+    def resize_storage(self, storage: torch.UntypedStorage, index: int, nbytes: int) -> None:
+        """``storage.resize_(nbytes)`` (a vendor storage on device ``index``) with its block moved to one of the new
+        size. The new block is taken first: a size that cannot fit raises ``torch.OutOfMemoryError`` and leaves the
+        storage as it was."""
+        key = id(storage)
+        new = self.malloc(index, nbytes) if nbytes else None
+        try:
+            storage.resize_(nbytes)
+        except BaseException:
+            if new is not None:
+                self.free(new)
+            raise
+        old = self._live.pop(key, None)
+        if new is not None:
+            if old is not None:
+                new.ref, old.ref = old.ref, None
+                self._live[key] = new
+            else:
+                self._bind(storage, key, new)
+        if old is not None:
+            self.free(old)
+
     def _bind(self, storage: torch.UntypedStorage, key: int, block: Block) -> None:
         block.ref = weakref.ref(storage, lambda _ref, key=key: self._storage_died(key))
         self._live[key] = block

@@ -8,7 +8,11 @@ libraries that save through them (safetensors, ``save_pretrained``) work; a tens
 the same storage object while it is alive. Operations PyTorch runs on such a storage (``.cpu()``,
 indexing, ``fill_``, ``copy_``, ``Tensor.set_``) come back to torch_dipu as ``set_`` with a dipu storage,
 which :func:`host_storage` maps back to the vendor's storage. The dipu storage keeps the vendor's storage
-alive; it cannot be resized.
+alive. ``resize_(nbytes)`` resizes the vendor's storage, as on CUDA: every tensor and view sharing it sees the
+new memory (FSDP2 frees and re-allocates unsharded parameters this way) and the caching allocator moves the
+storage to a block of the new size. The storage object it was called on keeps describing the old memory (its
+address and size are fixed): use the storage ``resize_`` returns, or ask the tensor for ``untyped_storage()``
+again.
 """
 
 from __future__ import annotations
@@ -28,13 +32,32 @@ def device_storage(host: torch.UntypedStorage, device: torch.device) -> torch.Un
     ptr = host.data_ptr()
     ref = _VIEWS.get(ptr)
     cached = ref() if ref is not None else None
-    if cached is not None and getattr(cached, _KEEPALIVE) is host and cached.device == device:
+    if (cached is not None and getattr(cached, _KEEPALIVE) is host and cached.device == device
+            and cached.nbytes() == host.nbytes()):
         return cached
     storage = torch._C._construct_storage_from_data_pointer(ptr, device, host.nbytes())
     setattr(storage, _KEEPALIVE, host)
+    storage.resize_ = _Resize(host, device)  # an instance attribute comes before StorageBase.resize_
     if ptr:
         _VIEWS[ptr] = weakref.ref(storage, lambda _ref, ptr=ptr: _forget(ptr, _ref))
     return storage
+
+
+class _Resize:
+    """``resize_(nbytes)`` of a dipu storage: resizes the vendor's storage ``host`` (see the module docstring)."""
+
+    __slots__ = ("device", "host")
+
+    def __init__(self, host: torch.UntypedStorage, device: torch.device) -> None:
+        self.host, self.device = host, device
+
+    def __call__(self, nbytes: int) -> torch.UntypedStorage:
+        """Resize; returns the dipu storage of the resized memory."""
+        from torch_dipu.state import get_state
+
+        if nbytes != self.host.nbytes():
+            get_state().memory.resize_storage(self.host, self.device.index, nbytes)
+        return device_storage(self.host, self.device)
 
 
 def _forget(ptr: int, ref: weakref.ref) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dist_launch import torchrun  # tests/dist_launch.py (tests/ is on sys.path through its conftest)
+
 SCRIPTS = Path(__file__).resolve().parent / "cuda_scripts"
 VENDOR_DEVICE = "dipu"
 TIMEOUT = 180
@@ -96,3 +98,25 @@ def test_two_process_nccl_all_reduce(launcher):
         out = values(stdout)
         assert out[f"rank {rank} all_reduce"] == "[3.0, 30.0]", stdout
         assert out[f"rank {rank} device"].split(":")[0] == VENDOR_DEVICE, stdout
+
+
+@pytest.mark.parametrize(("launcher", "setup"), [("ditorch run", "accelerator"), ("import ditorch", "cuda")])
+def test_ddp_with_torchrun(launcher, setup):
+    """pytorch/examples' DDP idiom (device from torch.accelerator, backend from get_default_backend_for_device,
+    DistributedSampler) and the CUDA idiom (nccl, DistributedDataParallel(model.cuda())) on 2 processes."""
+    script = SCRIPTS / "ddp_torchrun.py"
+    if launcher == "ditorch run":  # each worker: python -m ditorch script args
+        prefix, command = ("-m", "ditorch"), [str(script)]
+    else:
+        prefix, command = ("--no-python",), import_ditorch_command(script)
+    proc = torchrun(*command, "--setup", setup, nproc=2, prefix=prefix, timeout=TIMEOUT,
+                    env={"DITORCH_DISABLE_MOCK": "0", "DITORCH_QUIET": "1"})
+    stdout, stderr = proc.stdout, proc.stderr
+    assert proc.returncode == 0, stdout + stderr
+    out = values(stdout)
+    for rank in range(2):
+        assert out[f"rank {rank} backend"] == out[f"rank {rank} default backend"] == "dicl", stdout
+        assert out[f"rank {rank} device"].split(":")[0] == VENDOR_DEVICE, stdout
+        assert out[f"rank {rank} steps"] == "24", stdout  # 128 samples / 2 ranks / batch 8, 3 epochs
+        assert float(out[f"rank {rank} last epoch loss"]) < 0.5 * float(out[f"rank {rank} first epoch loss"]), stdout
+    assert out["rank 0 checksum"] == out["rank 1 checksum"], stdout  # DDP kept the replicas equal
