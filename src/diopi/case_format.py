@@ -233,19 +233,23 @@ def build_record(*, tool: str, op: str, call_id: int, step: int, rank: int, call
                  inplace: bool, random: bool, mode: str, args: Any, kwargs: Any, outputs: Any,
                  tensors: dict[str, dict[str, Any]], opaque: Sequence[str] = (),
                  backward: dict[str, Any] | None = None, reference_outputs: Any = None,
-                 versions: dict[str, str] | None = None) -> dict[str, Any]:
+                 versions: dict[str, str] | None = None, collective: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``case.json`` record of one call, with every field the case format requires (every writer builds
     its record here, so all cases have the same fields). ``args``, ``kwargs``, ``outputs`` and
     ``reference_outputs`` are already encoded (:class:`Encoder`); ``tensors`` is the layout of every tensor
     they reference; ``backward`` is a section from :func:`backward_section` or None (no gradients, yet);
     ``reference_outputs`` the outputs a checking tool expected (None where there is no reference);
-    ``versions`` defaults to :func:`library_versions`."""
+    ``versions`` defaults to :func:`library_versions`. ``collective`` describes a call that talks to other ranks
+    (``torch.distributed.all_reduce``: its process group's size and this rank in it); such a case records what
+    this rank saw and is not replayable alone (``"replayable": false``; readers of older cases take a missing
+    field as true)."""
     return {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "tool": tool, "op": op, "id": call_id, "step": step,
         "rank": rank, "call_site": call_site, "device": device, "inplace": bool(inplace), "random": bool(random),
         "mode": mode, "args": args, "kwargs": kwargs, "outputs": outputs, "reference_outputs": reference_outputs,
         "tensors": tensors, "opaque": list(opaque), "backward": backward,
         "versions": dict(versions if versions is not None else library_versions()),
+        "collective": collective, "replayable": collective is None,
     }
 
 

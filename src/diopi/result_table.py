@@ -19,11 +19,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["COLUMNS", "VERDICTS", "ResultTable", "default_run_id", "free_run_dir", "process_rank", "read_rows"]
+__all__ = ["COLUMNS", "VERDICTS", "ResultTable", "default_run_id", "free_run_dir", "launch_run_id", "process_rank",
+           "process_world_size", "read_rows"]
 
 #: The columns of ``results.csv`` (``results.jsonl`` has the same keys, plus any extra fields a tool adds).
+#: ``rank`` (the process's rank, on every row) is last, so readers of the older files by position still work.
 COLUMNS = ("id", "name", "phase", "verdict", "index", "max_abs_diff", "max_rel_diff", "cosine", "atol", "rtol",
-           "step", "dtype", "shape", "message", "case_dir", "call_site")
+           "step", "dtype", "shape", "message", "case_dir", "call_site", "rank")
 #: Verdicts, best first. ``NOISE``: outside the tolerance but no worse than the CPU in the same dtype.
 VERDICTS = ("PASS", "NOISE", "SKIP", "FAIL")
 _BUFFER = 1 << 20
@@ -46,9 +48,54 @@ def process_rank() -> int:
         return 0
 
 
+_TIME_FORMAT = "%Y-%m-%d--%H-%M-%S"
+
+
+def process_world_size() -> int:
+    """The number of ranks: ``torch.distributed``'s when initialized, else ``WORLD_SIZE`` (1 when unset or not an
+    integer)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
 def default_run_id() -> str:
-    """The ``<run>`` folder name when none is given: the time now (``2025-01-31--14-05-09``)."""
-    return time.strftime("%Y-%m-%d--%H-%M-%S")
+    """The ``<run>`` folder name when none is given: the time now (``2025-01-31--14-05-09``), or in one rank of a
+    multi-process launch the same name on every rank of the launch (:func:`launch_run_id`)."""
+    return launch_run_id() or time.strftime(_TIME_FORMAT)
+
+
+def launch_run_id(environ: dict[str, str] | None = None, parent: int | None = None) -> str | None:
+    """In a process that is one rank of several (``WORLD_SIZE`` > 1: torchrun, or any launcher that sets it),
+    a ``<run>`` name every rank started by the same launcher process shares: that process's start time and
+    pid (``2025-01-31--14-05-09-4242``; torchrun's agent is the parent of every worker on its node), plus
+    ``-restart<N>`` when torchrun restarted the workers (``TORCHELASTIC_RESTART_COUNT``). None otherwise."""
+    env = os.environ if environ is None else environ
+    try:
+        if int(env.get("WORLD_SIZE", "1")) <= 1:
+            return None
+    except ValueError:
+        return None
+    parent = os.getppid() if parent is None else parent
+    started = _start_time(parent)
+    run = f"{time.strftime(_TIME_FORMAT, time.localtime(started)) if started is not None else 'launch'}-{parent}"
+    restart = env.get("TORCHELASTIC_RESTART_COUNT", "0").strip()
+    return run if restart in ("", "0") else f"{run}-restart{restart}"
+
+
+def _start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from ``/proc`` (None where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
 
 
 def free_run_dir(tool_root: Path, run_id: str, rank: int) -> Path:
@@ -88,14 +135,17 @@ class ResultTable:
 
     ``tool`` names the tool in console lines; ``print_line`` prints them (default: stderr). A write error
     stops writing with one line; the counts go on. A subclass may set :attr:`columns` (the CSV header; the
-    JSONL rows keep every key).
+    JSONL rows keep every key). Every row gets a ``rank`` (``rank``, default :func:`process_rank` now) unless
+    it has one.
     """
 
     columns: tuple[str, ...] = COLUMNS
 
-    def __init__(self, tool: str, run_dir: Path, print_line: Callable[[str], None] | None = None) -> None:
+    def __init__(self, tool: str, run_dir: Path, print_line: Callable[[str], None] | None = None,
+                 rank: int | None = None) -> None:
         self.tool = tool
         self.run_dir = run_dir
+        self.rank = process_rank() if rank is None else rank
         self.print_line = print_line or _stderr_line
         self.counts: Counter[str] = Counter()  # verdict -> rows
         self.by_op: dict[str, Counter[str]] = {}  # op name -> verdict -> rows
@@ -123,7 +173,9 @@ class ResultTable:
             self._csv.writerow(self.columns)
 
     def add(self, row: dict[str, Any]) -> None:
-        """Append one row (keys of :data:`COLUMNS`; missing ones are empty)."""
+        """Append one row (keys of :data:`COLUMNS`; missing ones are empty; ``rank`` is added)."""
+        if "rank" not in row:
+            row["rank"] = self.rank
         verdict = row.get("verdict", "")
         self.counts[verdict] += 1
         self.by_op.setdefault(row.get("name", ""), Counter())[verdict] += 1

@@ -20,6 +20,11 @@ The tools are built after ``import ditorch``, so they watch the accelerator the 
 each tool's environment variables still apply (``OP_AUTOCOMPARE_DISABLE_LIST``, ``OP_TOOLS_RESULTS_DIR``,
 ...). They start just before the script runs and stop after it, also when it raises or calls
 ``sys.exit``, so their summaries are always printed.
+
+Under torchrun each worker runs ``ditorch run`` as its module (``python -m torch.distributed.run
+--standalone --nproc_per_node 2 -m ditorch run --autocompare -- script.py``): every rank runs the tools on its
+own calls, writes ``<tool>/<run>/rank<r>/`` of one ``<run>`` shared by the launch and prefixes its console
+lines with ``[rank<r>]`` (docs/op_tools.md, "Multi-process runs").
 """
 
 from __future__ import annotations

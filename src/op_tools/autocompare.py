@@ -10,10 +10,13 @@ counter moved): an in-place op that lost its write, or an op that changed an inp
 Backward: each input gradient of every autograd node the call created is checked against a CPU
 recomputation of the call's forward and backward, fed with the device's own output gradients.
 
-Random ops and ops without a comparable value are SKIP rows. A FAIL saves the case (device inputs and
-outputs, the CPU outputs as ``reference_outputs``) under ``cases/`` of the run folder, ready for
-``run_op_from_data --acc_check``; the console gets one line per (op name, step) with the number of FAIL
-rows and the worst one (:mod:`op_tools.console`).
+Random ops and ops without a comparable value are SKIP rows, and so are calls that talk to other ranks
+(``torch.distributed`` collectives, calls on distributed tensors: "collective: not compared"), which are never
+run again: on every rank of a multi-process run the tool checks that rank's own calls, without deadlocks.
+
+A FAIL saves the case (device inputs and outputs, the CPU outputs as ``reference_outputs``) under ``cases/``
+of the run folder, ready for ``run_op_from_data --acc_check``; the console gets one line per (op name, step)
+with the number of FAIL rows and the worst one (:mod:`op_tools.console`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from diopi.compare import TensorComparison, Verdict, compare_tensors
 from diopi.reference import judge_outputs
 from op_tools import config
 from op_tools.capture import op_dir_name
+from op_tools.collectives import needs_other_ranks
 from op_tools.console import StepLines
 from op_tools.protocol import OpCall, Phase, collect_tensors, map_tensors, print_line
 from op_tools.results import process_rank
@@ -127,6 +131,9 @@ class OpAutoCompare(ResultsTool):
             self.lines.poll(call.step)
         if call.random:
             return _CallState([], {}, {}, {}, False, [], None, skip="random op")
+        distributed = needs_other_ranks(call.info, call.inputs)
+        if distributed is not None:  # a CPU re-run would need the other ranks (a deadlock, a double reduction)
+            return _CallState([], {}, {}, {}, False, [], None, skip=f"{distributed}: not compared")
         if call.info.uninitialized:
             return _CallState([], {}, {}, {}, False, [], None, skip="no comparable value")
         enc = cf.Encoder("i")

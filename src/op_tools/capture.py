@@ -4,7 +4,11 @@ Cases go to ``<results>/op_capture/<run>/rank<r>/<op>/<id>/`` in the format of :
 (``case.json`` + ``tensors.safetensors``; ``backward.safetensors`` once the backward pass has reached the
 call). Host copies are taken on the training thread (inputs before the call, so in-place ops keep their
 original inputs); files are written by a background thread (:class:`~op_tools.case_writer.CaseWriter`).
-Each run also writes ``cases.jsonl`` and ``cases.csv`` (one row per case) next to the cases.
+Each run also writes ``cases.jsonl`` and ``cases.csv`` (one row per case, with the rank) next to the cases.
+
+A ``torch.distributed`` collective is saved with its inputs before the call and, as its outputs, the tensors
+it wrote after the call; ``collective`` in ``case.json`` names its process group (size, this rank in it,
+backend) and ``"replayable": false`` says replay skips it (it needs the other ranks).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from diopi import case_format as cf
 from op_tools import config, deferred_stats
 from op_tools.case_writer import CaseWriter
+from op_tools.collectives import describe
 from op_tools.host_buffers import HostBufferPool
 from op_tools.protocol import OpCall, Phase, print_line
 from op_tools.results import choose_run_dir, process_rank
@@ -230,7 +235,8 @@ class OpCapture(OpTool):
             self._after_stats(call, state)
             return
         enc = cf.Encoder("o", allocate=self._pool.take)
-        outputs = enc.encode(output)
+        # A collective returns None or a work handle: its outputs are the tensors it wrote, after the call.
+        outputs = enc.encode(list(call.outputs) if call.info.collective else output)
         state.output_keys = [enc.key_of(t) for t in call.outputs]
         data = {**(state.data or {}), **enc.data}
         state.data = None
@@ -246,7 +252,8 @@ class OpCapture(OpTool):
             tool="OpCapture", op=call.name, call_id=call.call_id, step=call.step, rank=self._rank,
             call_site=call.call_site, device=state.device, inplace=call.inplace, random=call.random,
             mode=self.mode, args=state.args, kwargs=state.kwargs, outputs=outputs,
-            tensors={**state.meta, **enc.meta}, opaque=state.opaque + enc.opaque, versions=self._versions)
+            tensors={**state.meta, **enc.meta}, opaque=state.opaque + enc.opaque, versions=self._versions,
+            collective=describe(call.name, call.args, call.kwargs) if call.info.collective else None)
         state.args = state.kwargs = None
         if call.backward_hooked:
             # Hold the case until its backward pass, so that it is written once, gradients included.
@@ -375,7 +382,7 @@ class OpCapture(OpTool):
         """Append a statistics row (on the calling thread: rows are small and the files are buffered)."""
         with self._lock:
             if self._stats is None:
-                self._stats = StatsTable(self.run_dir)
+                self._stats = StatsTable(self.run_dir, self._rank)
             try:
                 before = self._stats.bytes_written
                 self._stats.add(row)
@@ -411,7 +418,9 @@ class OpCapture(OpTool):
                "dir": str(case_dir.relative_to(self.run_dir)), "call_site": record["call_site"],
                "inputs": [m["shape"] for k, m in record["tensors"].items() if k.startswith("i")],
                "dtypes": sorted({m["dtype"] for m in record["tensors"].values()}),
-               "backward": backward is not None, "bytes": written}
+               "backward": backward is not None, "bytes": written, "rank": record["rank"]}
+        if record.get("collective") is not None:
+            row["collective"] = True
         with self._lock:
             self.bytes_written += written
             self.cases_written += 1
@@ -446,10 +455,10 @@ class OpCapture(OpTool):
             return
         try:
             rows = [json.loads(line) for line in index.read_text(encoding="utf-8").splitlines() if line.strip()]
-            fields = ["id", "op", "step", "dir", "call_site", "inputs", "dtypes", "backward", "bytes"]
+            fields = ["id", "op", "step", "dir", "call_site", "inputs", "dtypes", "backward", "bytes", "rank"]
             table = [{**r, "inputs": json.dumps(r["inputs"]), "dtypes": " ".join(r["dtypes"])} for r in rows]
             with open(index.with_suffix(".csv"), "w", newline="", encoding="utf-8") as f:
-                writer = csv.DictWriter(f, fieldnames=fields)
+                writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
                 writer.writeheader()
                 writer.writerows(table)
         except (OSError, ValueError, KeyError) as exc:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,8 +86,11 @@ def device_name(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def run_id(explicit: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The ``<run>`` folder: the keyword, else ``OP_TOOLS_RUN_ID``, else the time now."""
-    return explicit or _environ(env).get(RUN_ID_ENV) or time.strftime("%Y-%m-%d--%H-%M-%S")
+    """The ``<run>`` folder: the keyword, else ``OP_TOOLS_RUN_ID``, else the time now, or in a multi-process
+    launch a name every rank of the launch shares (:func:`diopi.result_table.default_run_id`)."""
+    from diopi.result_table import default_run_id
+
+    return explicit or _environ(env).get(RUN_ID_ENV) or default_run_id()
 
 
 def rank(env: Mapping[str, str] | None = None) -> int:

@@ -30,7 +30,7 @@ from diopi.conformance.gen import FROM_CAPTURE_INDEX, ReferenceFailed, write_cas
 from diopi.conformance.recording import CallRecorder, RecordedCall, composites_recorded
 from diopi.conformance.spec import Config
 from op_tools.naming import resolve_function
-from op_tools.replay import _output_tensors, _Rebuilt, find_cases
+from op_tools.replay import _output_tensors, _Rebuilt, find_cases, not_replayable
 
 
 @dataclass
@@ -90,6 +90,10 @@ def cases_from_capture(capture_dir: str | Path, out_dir: str | Path, *, per_func
     for path in find_cases(capture_dir):
         try:
             case = cf.load_case(path)
+            reason = not_replayable(case.record)
+            if reason is not None:
+                result.skipped.append((str(path), reason))
+                continue
             with composites_recorded():
                 calls = _replay_recording(case, allow_modules)
         except Exception as exc:  # one bad capture must not stop the others

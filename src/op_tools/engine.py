@@ -13,6 +13,11 @@ collected, and the tools' ``after`` runs once, inside one internal context.
 
 A tool that fails is reported once per op name and the user's result goes through unchanged. The
 engine's own tensor work runs with torch functions modes disabled, so it is never intercepted.
+
+Collectives of ``torch.distributed`` reach the engine as ``torch.distributed.all_reduce`` & co. while any
+tool is active (:mod:`op_tools.collectives`). One without tensors (``barrier``, object collectives) is seen by
+every tool acting on its name; one with tensors, by the tools of their device. A collective (or a call on
+distributed tensors) always runs once, as called: no tool's ``execute`` runs it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from op_tools import autograd_hooks, steps
+from op_tools import autograd_hooks, collectives, steps
 from op_tools.naming import FunctionInfo, function_info
 from op_tools.protocol import OpCall, Phase, Ran, collect_tensors, internal, map_tensors, print_line, report_failure
 
@@ -91,6 +96,9 @@ class _Engine:
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget_tools)
 
+    def _has_tools(self) -> bool:
+        return bool(self.tools)
+
     def _forget_tools(self) -> None:
         self.tools = []
         self._plans = {}
@@ -121,11 +129,14 @@ class _Engine:
             if self.mode is None:
                 self.mode = _InterceptMode()
                 self.mode.__enter__()
+            collectives.install(_collective_call, self._has_tools)
 
     def deactivate(self, tool: Any) -> None:
         with self._lock:
             self.tools = [t for t in self.tools if t is not tool]
             self._plans = {}
+            if not self.tools:
+                collectives.remove()
             if not self.tools and self.mode is not None:
                 from torch.overrides import _get_current_function_mode_stack
 
@@ -170,6 +181,18 @@ def run_call(tools: list[Any], info: FunctionInfo, func: Callable[..., Any], arg
     return _run(plan, info, func, args, kwargs, frame)
 
 
+def _collective_call(info: FunctionInfo, func: Callable[..., Any], args: tuple, kwargs: dict,
+                     frame: FrameType | None) -> Any:
+    """A ``torch.distributed`` collective called while tools are active (:mod:`op_tools.collectives`)."""
+    plan = engine.plan(info.name)
+    if plan is None:
+        if _profiling():
+            with _record_function(info.name):
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+    return _run(plan, info, func, args, kwargs, frame)
+
+
 def _run(plan: Plan, info: FunctionInfo, func: Callable[..., Any], args: tuple, kwargs: dict,
          frame: FrameType | None, ranged: bool = False) -> Any:
     """While ``torch.profiler`` records, the whole call (the op and the tools' work on it) is a range named
@@ -180,7 +203,10 @@ def _run(plan: Plan, info: FunctionInfo, func: Callable[..., Any], args: tuple, 
     inputs = _input_tensors(args, kwargs)
     present = plan.present(inputs)
     if present is None:
-        return _run_before_tools(plan, info, func, args, kwargs, inputs, frame)
+        if info.collective and not inputs:  # barrier, object collectives: every tool acting on the name sees it
+            present = plan
+        else:
+            return _run_before_tools(plan, info, func, args, kwargs, inputs, frame)
     call = OpCall(info, args, kwargs, inputs, frame, func)
     if present.observe_only:
         return _observe(present, call, func, args, kwargs)
@@ -191,7 +217,7 @@ def _run(plan: Plan, info: FunctionInfo, func: Callable[..., Any], args: tuple, 
     seq0 = _sequence_nr()
     out = _execute(states, call, func, args, kwargs)
     seq1 = _sequence_nr()
-    call.outputs = _output_tensors(out)
+    call.outputs = _call_outputs(call, out)
     _finish(states, present, call, out, edges, seq0, seq1)
     return out
 
@@ -216,6 +242,14 @@ def _output_tensors(out: Any) -> list[torch.Tensor]:
     return [out] if isinstance(out, _Tensor) else collect_tensors(out, [], set())
 
 
+def _call_outputs(call: OpCall, out: Any) -> list[torch.Tensor]:
+    """The tensors a call produced: its result's, or for a collective the tensors it wrote (its results are
+    ``None`` or a work handle)."""
+    if call.info.collective:
+        return list(call.inputs) if call.info.inplace else []
+    return [out] if isinstance(out, _Tensor) else collect_tensors(out, [], set())
+
+
 def _observe(plan: Plan, call: OpCall, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """The thin path of observation-only tools: run the call, then hook its backward and call ``after``."""
     if plan.backward:
@@ -224,12 +258,12 @@ def _observe(plan: Plan, call: OpCall, func: Callable[..., Any], args: tuple, kw
         out = func(*args, **kwargs)
         seq1 = _sequence_nr()
         call.ran = Ran.NORMALLY
-        call.outputs = _output_tensors(out)
+        call.outputs = _call_outputs(call, out)
         _finish(plan.thin_states, plan, call, out, edges, seq0, seq1)
         return out
     out = func(*args, **kwargs)
     call.ran = Ran.NORMALLY
-    call.outputs = _output_tensors(out)
+    call.outputs = _call_outputs(call, out)
     with internal():
         for tool in plan.after_tools:
             try:
@@ -283,9 +317,12 @@ def _before(plan: Plan, call: OpCall) -> list[tuple[Any, Any]]:
 def _execute(states: list[tuple[Any, Any]], call: OpCall, func: Callable[..., Any], args: tuple,
              kwargs: dict) -> Any:
     """Run the call: the innermost taking part tool that runs calls itself (fallback, dtype cast) runs it, else
-    ``func`` runs. A tool that fails before producing a result is reported and ``func`` runs as usual."""
+    ``func`` runs. A tool that fails before producing a result is reported and ``func`` runs as usual.
+    A call that needs the other ranks (a collective, distributed tensors) is never run by a tool."""
     for tool, state in reversed(states):
         if Phase.EXECUTE in tool.phases:
+            if collectives.needs_other_ranks(call.info, call.inputs):
+                break
             try:
                 out = tool.execute(call, state, func, args, kwargs)
             except Exception as exc:

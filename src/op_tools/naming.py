@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch.overrides import resolve_name
 
-__all__ = ["QUIET_WRITERS", "RANDOM_WHEN", "UNINITIALIZED", "FunctionInfo", "draws_random", "function_info",
-           "info_for_name", "is_inplace_name", "is_random_name", "is_uninitialized_name", "locate", "resolve_function"]
+__all__ = ["COLLECTIVES", "QUIET_WRITERS", "RANDOM_WHEN", "UNINITIALIZED", "FunctionInfo", "draws_random",
+           "function_info", "info_for_name", "is_collective_name", "is_inplace_name", "is_random_name",
+           "is_uninitialized_name", "locate", "resolve_function"]
 
 # Calls that move no data through an operator; never intercepted.
 _NON_OPS = {
@@ -62,6 +63,19 @@ RANDOM_WHEN = {"scaled_dot_product_attention": ("dropout_p", 4), "multi_head_att
 #: Factories whose results are uninitialized memory: their values mean nothing (not compared, not checked).
 UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
 
+#: The ``torch.distributed`` functions the engine sees while any tool is active, named
+#: ``torch.distributed.<function>`` (those the installed torch has; :mod:`op_tools.collectives`).
+COLLECTIVES = ("all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_single",
+               "all_gather_coalesced", "all_gather_object", "reduce_scatter", "reduce_scatter_tensor",
+               "reduce_scatter_single", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
+               "all_to_all_single", "gather", "gather_object", "scatter", "scatter_object_list", "barrier",
+               "monitored_barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
+               "recv_object_list")
+_C10D = "torch.distributed.distributed_c10d."  # c10d's functions reach a torch function mode under this name
+# Operator namespaces whose calls talk to other ranks (functional collectives, c10d's own operators).
+_COLLECTIVE_NAMESPACES = ("_c10d_functional.", "c10d_functional.", "_c10d_functional_autograd.", "c10d.")
+_COLLECTIVE_NAMES = frozenset(f"torch.distributed.{n}" for n in COLLECTIVES)
+
 
 @dataclass(frozen=True)
 class FunctionInfo:
@@ -73,6 +87,7 @@ class FunctionInfo:
     random: bool
     uninitialized: bool = False
     random_when: tuple[str, int] | None = None  # random only when this (keyword, position) argument is > 0
+    collective: bool = False  # talks to other ranks: never run again, on the CPU or elsewhere
 
 
 def _short(name: str) -> str:
@@ -102,8 +117,20 @@ def draws_random(info: FunctionInfo, args: Sequence[Any], kwargs: Mapping[str, A
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
+def is_collective_name(name: str) -> bool:
+    """A call that talks to other ranks: ``torch.distributed.all_reduce`` & co. (:data:`COLLECTIVES`), and the
+    operators of functional collectives and c10d (``_c10d_functional.all_reduce.default``)."""
+    return name in _COLLECTIVE_NAMES or name.startswith(_COLLECTIVE_NAMESPACES)
+
+
 def info_for_name(name: str, is_op: bool = True) -> FunctionInfo:
-    """The :class:`FunctionInfo` of an op called ``name`` (its kind read from the name)."""
+    """The :class:`FunctionInfo` of an op called ``name`` (its kind read from the name). A collective writes
+    into its tensor arguments (``inplace``), except ``send``/``isend``, which only read them."""
+    if name.startswith(_C10D):
+        name = "torch.distributed." + name[len(_C10D):]
+    if is_collective_name(name):
+        writes = _short(name) not in ("send", "isend", "barrier", "monitored_barrier", "send_object_list")
+        return FunctionInfo(name, is_op, writes, False, False, None, collective=True)
     return FunctionInfo(name, is_op, is_inplace_name(name), is_random_name(name), is_uninitialized_name(name),
                         RANDOM_WHEN.get(_short(name)))
 

@@ -14,7 +14,7 @@ import torch
 
 from op_tools import config
 from op_tools.autograd_hooks import GradMeta
-from op_tools.protocol import OpCall, Phase
+from op_tools.protocol import OpCall, Phase, print_line
 from op_tools.tool import OpTool
 
 __all__ = ["OpObserve", "describe_tensor"]
@@ -121,7 +121,7 @@ class OpObserve(OpTool):
         if self._out is not None:
             self._out.write(text + "\n")
         else:
-            print(text, file=sys.stderr, flush=True)
+            print_line(text)  # stderr, with the rank in a multi-process run
 
     def after(self, call: OpCall, state: Any, output: Any) -> None:
         self.observed += 1

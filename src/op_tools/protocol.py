@@ -35,7 +35,8 @@ from op_tools.callsite import call_site
 from op_tools.naming import QUIET_WRITERS, FunctionInfo, draws_random
 from op_tools.steps import current_step
 
-__all__ = ["OpCall", "Phase", "Ran", "collect_tensors", "internal", "map_tensors", "print_line", "report_failure"]
+__all__ = ["OpCall", "Phase", "Ran", "collect_tensors", "internal", "map_tensors", "print_line", "rank_prefix",
+           "report_failure"]
 
 
 class Phase(enum.Flag):
@@ -83,7 +84,7 @@ def report_failure(tool: object, op: str, stage: str, exc: BaseException) -> Non
     if key in _reported:
         return
     _reported.add(key)
-    warnings.warn(f"{type(tool).__name__} failed in {stage} of {op} ({type(exc).__name__}: {exc}); "
+    warnings.warn(f"{rank_prefix()}{type(tool).__name__} failed in {stage} of {op} ({type(exc).__name__}: {exc}); "
                   f"the op's result is unchanged", RuntimeWarning, stacklevel=2)
 
 
@@ -192,6 +193,22 @@ def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(value)
 
 
+def rank_prefix() -> str:
+    """``"[rank1] "`` in a process that is one rank of several (``WORLD_SIZE`` > 1, or an initialized
+    ``torch.distributed`` group of more than one process), else ``""``."""
+    from diopi.result_table import process_rank, process_world_size
+
+    try:
+        several = process_world_size() > 1
+    except RuntimeError:  # a group being torn down
+        several = False
+    return f"[rank{process_rank()}] " if several else ""
+
+
 def print_line(text: str) -> None:
-    """Console output of the tools (stderr, so a program's own output stays clean)."""
+    """Console output of the tools (stderr, so a program's own output stays clean), each line prefixed with
+    the rank in a multi-process run (:func:`rank_prefix`)."""
+    prefix = rank_prefix()
+    if prefix:
+        text = "\n".join(prefix + line for line in text.split("\n"))
     print(text, file=sys.stderr, flush=True)

@@ -27,7 +27,7 @@ from diopi.compare import TensorComparison, Verdict, compare_outputs
 from op_tools import upstream_capture
 from op_tools.naming import is_uninitialized_name, resolve_function
 
-__all__ = ["CaseResult", "ReplayOptions", "find_cases", "replay_case", "replay_dir", "run_stats"]
+__all__ = ["CaseResult", "ReplayOptions", "find_cases", "not_replayable", "replay_case", "replay_dir", "run_stats"]
 
 
 @dataclass
@@ -256,6 +256,18 @@ def _backward(record: dict[str, Any], case: cf.LoadedCase, out: Any, rebuilt: _R
     return dict(zip(wanted, result, strict=True)), (time.perf_counter() - start) * 1e3
 
 
+def not_replayable(record: dict[str, Any]) -> str | None:
+    """Why a case cannot be replayed alone (``"replayable": false``: a collective, which needs the other ranks
+    of its process group), or None."""
+    if record.get("replayable", True) is not False:
+        return None
+    meta = record.get("collective") or {}
+    op = record.get("op", "?")
+    size, rank = meta.get("group_size"), meta.get("group_rank")
+    group = f" of a group of {size} ranks (this case: rank {rank})" if size is not None else ""
+    return f"{op} is a collective{group}: it needs the other ranks and is not replayed alone"
+
+
 def replay_case(path: str | Path, options: ReplayOptions | None = None,
                 on_time: Callable[[str, str, float], None] | None = None) -> CaseResult:
     """Replay one case directory; never raises for a bad case (the result says what went wrong)."""
@@ -276,6 +288,10 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
     result.op = case.op
     if record.get("mode", "data") != "data":
         result.status, result.message = "SKIP", "statistics-only case (captured with OP_CAPTURE_MODE=stats)"
+        return result
+    reason = not_replayable(record)
+    if reason is not None:
+        result.status, result.message = "SKIP", reason
         return result
     try:
         func = resolve_function(case.op, options.allow_modules)

@@ -17,7 +17,9 @@ __all__ = ["ResultsTool"]
 
 
 class ResultsTool(OpTool):
-    """An :class:`~op_tools.tool.OpTool` writing rows to ``<results>/<results_folder>/<run>/rank<r>/``.
+    """An :class:`~op_tools.tool.OpTool` writing rows to ``<results>/<results_folder>/<run>/rank<r>/``; every row
+    has a ``rank`` column, and in a multi-process launch every rank picks the same ``<run>``
+    (:func:`op_tools.config.run_id`).
 
     The folder is chosen at the first :meth:`start` and kept for the tool's life (a tool started again
     appends to it). Subclasses set :attr:`results_folder` and, for their own CSV columns,
@@ -43,7 +45,7 @@ class ResultsTool(OpTool):
     def on_start(self) -> None:
         if self.run_dir is None:
             self.run_dir = choose_run_dir(self.results_folder, self.results_dir, self.run_id)
-            self.table = self.table_class(self.name, self.run_dir)
+            self.table = self.table_class(self.name, self.run_dir, print_line)  # rows carry the rank
 
     def on_stop(self) -> None:
         if self.table is not None:

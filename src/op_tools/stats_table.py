@@ -14,7 +14,7 @@ __all__ = ["CSV_FIELDS", "StatsTable"]
 
 #: The columns of ``stats.csv``.
 CSV_FIELDS = ("id", "op", "step", "phase", "tensor", "shape", "dtype", "numel", "min", "max", "mean", "std",
-              "norm", "nan", "inf")
+              "norm", "nan", "inf", "rank")
 _BUFFER = 1 << 20
 
 
@@ -25,8 +25,9 @@ class StatsTable:
     pass that ends after the tool stopped). ``OSError`` propagates to the caller, which decides what a
     failed write means."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, rank: int = 0) -> None:
         self.run_dir = run_dir
+        self.rank = rank  # the process's rank, on every row
         self.bytes_written = 0
         self._jsonl: IO[str] | None = None
         self._csv_file: IO[str] | None = None
@@ -56,8 +57,9 @@ class StatsTable:
             parts.append(f'"{key}": {{"shape": {shape}, "dtype": "{t["dtype"]}", "numel": {numel}, "nan": {nan}, '
                          f'"inf": {inf}, "min": {mn}, "max": {mx}, "mean": {mean}, "std": {std}, "norm": {norm}}}')
             cells = ",".join("" if v == "null" else v for v in (mn, mx, mean, std, norm))
-            lines.append(f'{head}{key},"{shape}",{t["dtype"]},{numel},{cells},{nan},{inf}\n')
+            lines.append(f'{head}{key},"{shape}",{t["dtype"]},{numel},{cells},{nan},{inf},{self.rank}\n')
         fields = {k: v for k, v in row.items() if k != "tensors"}
+        fields.setdefault("rank", self.rank)
         text = json.dumps(fields, allow_nan=False)[:-1] + ', "tensors": {' + ", ".join(parts) + "}}\n"
         self._jsonl.write(text)
         self._csv_file.write("".join(lines))

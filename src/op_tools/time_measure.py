@@ -12,8 +12,10 @@ The backward of a call is timed on the autograd nodes the call created, through 
 mechanism (:mod:`op_tools.autograd_hooks`, ``Phase.BACKWARD_NODES``): a pre-hook and a post-hook per node
 bracket the node's work, and the node times are summed into one ``backward`` row per call when the first
 backward pass that reaches it ends.
-Collectives of ``torch.distributed`` (``all_reduce``, ``broadcast``, ``barrier``, ...)
-called while the tool is active go through the same engine, named ``torch.distributed.all_reduce`` etc.
+Collectives of ``torch.distributed`` (``all_reduce``, ``broadcast``, ``barrier``, ...) called while the tool is
+active reach it through the engine (:mod:`op_tools.collectives`), named ``torch.distributed.all_reduce`` etc.;
+one without a device tensor (``barrier``, object collectives) is timed on the host clock, the device
+synchronized before and after.
 
 Output in ``<results>/op_time_measure/<run>/rank<r>/``: ``results.jsonl`` and ``results.csv`` (one row per
 call and phase: ``id, name, phase, elapsed_ms, step, call_site``), ``summary.csv`` (by op name and phase:
@@ -24,11 +26,9 @@ table, self-contained). The top of the summary is printed when the tool stops.
 from __future__ import annotations
 
 import csv
-import functools
 import html
 import math
 import os
-import sys
 import threading
 import time
 from array import array
@@ -39,9 +39,8 @@ from typing import Any
 import torch
 
 from op_tools import config
-from op_tools.engine import engine, run_call
-from op_tools.naming import FunctionInfo
-from op_tools.protocol import OpCall, Phase, Ran, collect_tensors, print_line, report_failure
+from op_tools.naming import COLLECTIVES, is_collective_name
+from op_tools.protocol import OpCall, Phase, Ran, print_line
 from op_tools.results import ResultTable
 from op_tools.results_tool import ResultsTool
 
@@ -50,23 +49,20 @@ __all__ = ["COLLECTIVES", "MAX_PENDING", "MODES", "OpTimeMeasure"]
 MODES = ("sync", "event")
 #: Calls (forward or backward) whose events may wait unread in event mode before one synchronization reads them.
 MAX_PENDING = 10_000
-#: The ``torch.distributed`` functions timed while the tool is active (those the installed torch has).
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
-               "all_to_all_single", "gather", "scatter", "barrier", "send", "recv", "isend", "irecv")
 
 
 class _TimingTable(ResultTable):
-    columns = ("id", "name", "phase", "elapsed_ms", "step", "call_site")
+    columns = ("id", "name", "phase", "elapsed_ms", "step", "call_site", "rank")
 
 
 class _Timing:
     """One call's clocks (no tensors): its forward start, and the intervals of its backward nodes."""
 
-    __slots__ = ("start", "seconds", "events", "open")
+    __slots__ = ("start", "seconds", "events", "open", "host")
 
-    def __init__(self, start: Any) -> None:
-        self.start = start  # perf_counter seconds (sync) or an event (event)
+    def __init__(self, start: Any, host: bool = False) -> None:
+        self.start = start  # perf_counter seconds (sync, or ``host``) or an event (event)
+        self.host = host  # timed on the host clock (a collective without a device tensor)
         self.seconds = 0.0  # backward, sync mode
         self.events: list[tuple[Any, Any]] = []  # backward, event mode
         self.open: dict[int, Any] = {}  # node index -> start (time or event)
@@ -120,7 +116,6 @@ class OpTimeMeasure(ResultsTool):
         self._times: dict[tuple[str, str], array] = {}  # (name, phase) -> milliseconds per call
         self._pending: list[tuple[int, str, str, int, str, list[tuple[Any, Any]]]] = []
         self._lock = threading.Lock()
-        self._patched: list[tuple[Any, str, Any, Any]] = []
         self._started_at: float | None = None
         self.block_ms = 0.0
 
@@ -151,8 +146,6 @@ class OpTimeMeasure(ResultsTool):
     def start(self) -> OpTimeMeasure:
         if not self.active:
             super().start()
-            if self.collectives:
-                self._patch_collectives()
             self._started_at = time.perf_counter()
         return self
 
@@ -162,7 +155,6 @@ class OpTimeMeasure(ResultsTool):
             if self._started_at is not None:
                 self.block_ms += (time.perf_counter() - self._started_at) * 1e3
                 self._started_at = None
-            self._unpatch_collectives()
         super().stop()
 
     end = stop  # the seeds' name (OpTool.end is OpTool.stop)
@@ -184,6 +176,11 @@ class OpTimeMeasure(ResultsTool):
         """Every row written so far (one per call and phase)."""
         self._resolve()
         return super().results
+
+    def acts_on(self, name: str) -> bool:
+        if not self.collectives and is_collective_name(name):
+            return False
+        return super().acts_on(name)
 
     # -- clocks ----------------------------------------------------------------------------------------
     def _mark(self) -> Any:
@@ -232,12 +229,14 @@ class OpTimeMeasure(ResultsTool):
         if call.ran is Ran.BEFORE_TOOLS:  # no input on the device: it ran before the tools, its time is unknown
             self.untimed += 1
             return None
+        if call.info.collective and not call.inputs:  # barrier, object collectives: the host's time
+            return _Timing(self._sync_mark(), host=True)
         return _Timing(self._mark())
 
     def after(self, call: OpCall, state: _Timing, output: Any) -> None:
-        end = self._mark()
+        end = self._sync_mark() if state.host else self._mark()
         site = call.call_site
-        if self.mode == "sync":
+        if self.mode == "sync" or state.host:
             self._row(call.call_id, call.name, "forward", call.step, site, (end - state.start) * 1e3)
         else:
             self._finished(call.call_id, call.name, "forward", call.step, site, state.start, end)
@@ -266,63 +265,6 @@ class OpTimeMeasure(ResultsTool):
         elif state.events:
             events, state.events = state.events, []
             self._finished(call.call_id, call.name, "backward", call.step, call.call_site, events, None)
-
-    # -- torch.distributed -----------------------------------------------------------------------------
-    def _patch_collectives(self) -> None:
-        import torch.distributed as dist
-
-        if not dist.is_available():
-            return
-        for attr in COLLECTIVES:
-            original = getattr(dist, attr, None)
-            if original is None or not callable(original):
-                continue
-            wrapper = self._wrap_collective(original, f"torch.distributed.{attr}")
-            setattr(dist, attr, wrapper)
-            self._patched.append((dist, attr, original, wrapper))
-
-    def _unpatch_collectives(self) -> None:
-        for owner, attr, original, wrapper in reversed(self._patched):
-            if getattr(owner, attr, None) is wrapper:  # else another wrapper went on top; ours passes through
-                setattr(owner, attr, original)
-        self._patched.clear()
-
-    def _wrap_collective(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
-        """A wrapper handing the collective to the engine as ``name``. Most collectives also dispatch to the
-        torch function mode themselves (as ``torch.distributed.distributed_c10d.<fn>``): the wrapped call runs
-        with that dispatch off, so every active tool sees it once, under ``name``."""
-        info = FunctionInfo(name, True, False, False)
-        tool = self
-
-        def inner(*args: Any, **kwargs: Any) -> Any:
-            with torch._C.DisableTorchFunction():
-                return original(*args, **kwargs)
-
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not tool.active or not tool.acts_on(name):
-                return original(*args, **kwargs)
-            tools = engine.tools
-            tensors = collect_tensors((args, kwargs), [], set())
-            if any(t.device.type == tool.device_type for t in tensors):
-                return run_call(tools, info, inner, args, kwargs, sys._getframe(1))
-            # No tensor on the device (barrier, object collectives): the host's time, the device idle before.
-            others = [t for t in tools if t is not tool]
-            call = OpCall(info, args, kwargs, [], sys._getframe(1))
-            start = tool._sync_mark()
-            try:
-                return run_call(others, info, inner, args, kwargs, sys._getframe(1)) if others else \
-                    original(*args, **kwargs)
-            finally:
-                try:
-                    end = tool._sync_mark()
-                    tool._row(call.call_id, name, "forward", call.step, call.call_site, (end - start) * 1e3)
-                except Exception as exc:
-                    report_failure(tool, name, "timing the call", exc)
-                call.release()
-
-        wrapper.__op_tools_original__ = original  # type: ignore[attr-defined]
-        return wrapper
 
     def _sync_mark(self) -> float:
         self._sync()

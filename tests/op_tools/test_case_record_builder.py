@@ -89,7 +89,8 @@ def test_build_record_has_every_field_and_copies_versions() -> None:
     record = cf.build_record(tool="t", op="torch.add", call_id=3, step=1, rank=0, call_site="x.py:1 f: y",
                              device="cpu", inplace=False, random=False, mode="data", args=[], kwargs={},
                              outputs=None, tensors={})
-    assert REQUIRED | {"tool", "opaque", "reference_outputs"} == set(record)
+    assert REQUIRED | {"tool", "opaque", "reference_outputs", "collective", "replayable"} == set(record)
+    assert record["collective"] is None and record["replayable"] is True
     assert record["versions"] == cf.library_versions() and record["versions"] is not cf.library_versions()
     assert record["backward"] is None and record["opaque"] == []
     json.dumps(record, allow_nan=False)

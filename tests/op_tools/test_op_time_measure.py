@@ -119,7 +119,8 @@ def check_slow_mm(mode: str, report: dict, err: str) -> None:
     assert first["elapsed_ms"] > 8 and "F.linear(x, w)" in first["call_site"] and first["step"] >= 1
     with open(run_dir / "results.csv", newline="") as f:
         table = list(csv.DictReader(f))
-    assert list(table[0]) == ["id", "name", "phase", "elapsed_ms", "step", "call_site"] and len(table) == len(rows)
+    assert list(table[0]) == ["id", "name", "phase", "elapsed_ms", "step", "call_site", "rank"]
+    assert len(table) == len(rows) and {r["rank"] for r in table} == {"0"}
     with open(run_dir / "summary.csv", newline="") as f:
         written = list(csv.DictReader(f))
     assert [(r["name"], r["phase"], int(r["calls"])) for r in written] == \
