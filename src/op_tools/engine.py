@@ -247,7 +247,7 @@ def _call_outputs(call: OpCall, out: Any) -> list[torch.Tensor]:
     ``None`` or a work handle)."""
     if call.info.collective:
         return list(call.inputs) if call.info.inplace else []
-    return [out] if isinstance(out, _Tensor) else collect_tensors(out, [], set())
+    return _output_tensors(out)
 
 
 def _observe(plan: Plan, call: OpCall, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
