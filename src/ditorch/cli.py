@@ -123,6 +123,29 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_arguments(p)
     p.set_defaults(handler=report.run)
 
+    from module_tools import compare_command, dump_command
+
+    p = commands.add_parser(
+        "dump-modules",
+        help="run an unmodified script and dump every module call of its model (module_tools.ModuleDump)",
+        usage="%(prog)s [--out DIR] [--stats-only] [--steps S] -- script.py [args ...]",
+        description="Run the script as `ditorch run` does, with a ModuleDump of its model (the first module with "
+                    "parameters called at the outermost level): inputs, outputs, parameters and their gradients of "
+                    "every module call, full tensors or statistics (docs/module_tools.md).",
+    )
+    dump_command.parser(p)
+    p.set_defaults(handler=dump_command.handle)
+
+    p = commands.add_parser(
+        "compare-runs",
+        help="compare two module dumps and name the first module where they part, forward and backward",
+        description="Align two ModuleDump runs module by module (wrappers such as DDP's `module.` stripped), judge "
+                    "every tensor with diopi.compare and print the first divergence in forward and in backward "
+                    "order; exit 0 without divergence, 1 with one, 2 on a bad dump (docs/module_tools.md).",
+    )
+    compare_command.build_parser(p)
+    p.set_defaults(handler=compare_command.handle)
+
     from diopi.conformance import cli as conformance
 
     p = commands.add_parser(

@@ -1,0 +1,415 @@
+"""``ModuleDump``: record every module call of a model, forward and backward, in the module dump format.
+
+The format (``ditorch.module_dump/1``) is described in docs/module_tools.md ("Dump format"). Tensors are
+detached host copies taken when the hook runs, so a later in-place change does not alter the dump; the
+hooks never change a tensor the model sees, so training is bitwise the same with and without a dump.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.autograd.graph import get_gradient_edge
+from torch.utils.hooks import RemovableHandle
+
+from diopi.case_format import library_versions, write_json, write_tensors
+from diopi.result_table import process_rank, process_world_size
+
+from .config import StepSet, parse_steps
+
+__all__ = ["FORMAT", "ModuleDump", "flatten_tensors", "tensor_stats"]
+
+FORMAT = "ditorch.module_dump/1"
+_MAX_DEPTH = 8
+
+
+def flatten_tensors(value: Any, depth: int = 0) -> list[torch.Tensor | None]:
+    """The tensors in ``value`` in order: tuples, lists, dicts (transformers' ``ModelOutput`` included) and
+    dataclasses are walked; anything else is skipped. ``None`` is never a tensor here."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth >= _MAX_DEPTH:
+        return []
+    out: list[torch.Tensor | None] = []
+    if isinstance(value, dict):
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
+    else:
+        return out
+    for item in items:
+        out.extend(flatten_tensors(item, depth + 1))
+    return out
+
+
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def tensor_stats(t: torch.Tensor) -> dict[str, Any]:
+    """Statistics of a host tensor, in float64: min, max, mean and norm over the finite elements, NaN and Inf
+    counts (None where no element is finite); only dtype, shape and numel for a non-floating tensor."""
+    stats: dict[str, Any] = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                             "numel": t.numel()}
+    if not (t.is_floating_point() or t.is_complex()):
+        return stats
+    wide = (t.abs() if t.is_complex() else t).to(torch.float64).reshape(-1)
+    finite = torch.isfinite(wide)
+    nan = int(torch.isnan(wide).sum())
+    inf = int(finite.numel() - int(finite.sum()) - nan)
+    if nan or inf:
+        wide = wide[finite]
+    if wide.numel():
+        stats.update(min=_number(float(wide.min())), max=_number(float(wide.max())),
+                     mean=_number(float(wide.mean())), norm=_number(float(torch.linalg.vector_norm(wide))))
+    else:
+        stats.update(min=None, max=None, mean=None, norm=None)
+    stats.update(nan=nan, inf=inf)
+    return stats
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    host = t.to("cpu", copy=True) if t.device.type != "cpu" else t.clone()
+    return host.contiguous()
+
+
+def _sequence_nr(node: Any) -> int:
+    get = getattr(node, "_sequence_nr", None)
+    return int(get()) if get is not None else -1
+
+
+def _tensor_order(item: tuple[str, Any]) -> tuple[int, int]:
+    kind, _, index = item[0].partition(".")
+    rank = {"grad_input": 0, "grad_output": 1}.get(kind, 2)
+    return (rank, int(index) if index.isdigit() else 0)
+
+
+@dataclasses.dataclass
+class _Entry:
+    module: str
+    cls: str
+    step: int
+    call: int
+    direction: str
+    tensors: dict[str, torch.Tensor | None] = dataclasses.field(default_factory=dict)
+    stats: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    dir: str | None = None
+    written: bool = False
+
+    def record(self) -> dict[str, Any]:
+        return {"module": self.module, "class": self.cls, "step": self.step, "call": self.call,
+                "direction": self.direction, "dir": self.dir, "tensors": self.stats}
+
+
+@dataclasses.dataclass
+class _BackwardCall:
+    """The backward of one module call while its gradients arrive."""
+
+    entry: _Entry
+    outputs: int = 0
+    outputs_seen: int = 0
+    expected: int = 0
+    n_inputs: int = 0
+    done: bool = False
+
+
+class ModuleDump:
+    """Dump every call of every submodule of ``model`` into ``out_dir/rank<r>/``.
+
+    Forward: the call's tensor inputs (positional then keyword), outputs and the module's own parameters.
+    Backward: the gradients of its inputs (the part that flows through this call, as
+    ``register_full_backward_hook`` gives it, up to summation order), of its outputs, and of its own
+    parameters (the accumulated ``.grad``). The autograd graph is left as it is (hooks on tensors and nodes,
+    no identity nodes), so gradients are bitwise the same as without a dump.
+
+    ``stats_only=True`` keeps statistics only. ``steps`` (``"0-2"``, a ``range``, an iterable of step numbers;
+    None = all) chooses the steps to record; a step ends at :meth:`step`, which a training loop calls after
+    ``optimizer.step()`` (or pass ``step_on_optimizer=True`` to count every ``optimizer.step()`` as the end of
+    a step).
+
+    Use as a context manager, or with :meth:`start` / :meth:`stop`. ``index.json`` is rewritten at the end of
+    every recorded step and at :meth:`stop`.
+    """
+
+    def __init__(self, model: torch.nn.Module, out_dir: str | Path, stats_only: bool = False,
+                 steps: str | range | Iterable[int] | StepSet | None = None, step_on_optimizer: bool = False) -> None:
+        self.model = model
+        self.out_dir = Path(out_dir)
+        self.stats_only = bool(stats_only)
+        self.steps = parse_steps(steps)  # type: ignore[arg-type]
+        self.step_on_optimizer = step_on_optimizer
+        self.current_step = 0
+        self.rank_dir: Path | None = None
+        self._handles: list[RemovableHandle] = []
+        self._running = False
+        self._active = False
+        self._paths: dict[int, str] = {}
+        self._owners: dict[int, list[tuple[str, str]]] = {}
+        self._forward: list[_Entry] = []
+        self._backward: list[_Entry] = []
+        self._pending: list[_Entry] = []
+        self._calls: dict[str, int] = {}
+        self._open: dict[int, list[tuple[_Entry, int, dict[tuple[int, int], tuple[Any, list[int]]]]]] = {}
+        self._param_grads: dict[int, torch.Tensor] = {}
+        self._recorded_steps: list[int] = []
+        self._modules: dict[str, str] = {}
+        self._device = "cpu"
+        self._watching: list[_BackwardCall] = []
+        self._failed = False
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def __enter__(self) -> ModuleDump:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> ModuleDump:
+        """Install the hooks (the step count starts at 0)."""
+        if self._running:
+            return self
+        self.rank_dir = self.out_dir / f"rank{process_rank()}"
+        self.rank_dir.mkdir(parents=True, exist_ok=True)
+        self._modules = {}
+        for path, module in self.model.named_modules():
+            self._paths[id(module)] = path
+            self._modules[path] = type(module).__name__
+            self._handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True))
+            for name, param in module.named_parameters(recurse=False):
+                owners = self._owners.setdefault(id(param), [])
+                if not owners and param.requires_grad:
+                    self._handles.append(param.register_post_accumulate_grad_hook(self._grad_hook))
+                owners.append((path, name))
+        param = next(self.model.parameters(), None)
+        self._device = str(param.device) if param is not None else "cpu"
+        if self.step_on_optimizer:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._handles.append(register_optimizer_step_post_hook(lambda *_: self.step()))
+        self._running = True
+        self._active = self.current_step in self.steps
+        return self
+
+    def stop(self) -> None:
+        """Remove the hooks, write what the current step recorded and the index."""
+        if not self._running:
+            return
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._running = self._active = False
+        self._finish_step()
+        self._write_index()
+
+    def step(self) -> int:
+        """End the current step (call it after ``optimizer.step()``); returns the new step number."""
+        if self._active:
+            self._finish_step()
+            self._write_index()
+        self.current_step += 1
+        self._active = self._running and self.current_step in self.steps
+        return self.current_step
+
+    # -- hooks -----------------------------------------------------------------------------------------------
+    def _fail(self, what: str, exc: BaseException) -> None:
+        if not self._failed:
+            self._failed = True
+            print(f"module_tools: ModuleDump {what} failed ({type(exc).__name__}: {exc}); the run goes on",
+                  file=sys.stderr)
+
+    def _pre_hook(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self._active:
+            return
+        try:
+            path = self._paths.get(id(module), "?")
+            call = self._calls.get(path, 0)
+            self._calls[path] = call + 1
+            entry = _Entry(path, type(module).__name__, self.current_step, call, "forward")
+            inputs = flatten_tensors((args, kwargs))
+            for i, t in enumerate(inputs):
+                entry.tensors[f"input.{i}"] = _host_copy(t)  # type: ignore[arg-type]
+            for name, param in module.named_parameters(recurse=False):
+                entry.tensors[f"param.{name}"] = _host_copy(param)
+            self._forward.append(entry)
+            edges: dict[tuple[int, int], tuple[Any, list[int]]] = {}
+            if torch.is_grad_enabled():
+                for i, t in enumerate(inputs):
+                    if isinstance(t, torch.Tensor) and t.requires_grad:
+                        edge = get_gradient_edge(t)
+                        edges.setdefault((id(edge.node), edge.output_nr), (edge.node, []))[1].append(i)
+            self._open.setdefault(id(module), []).append((entry, len(inputs), edges))
+        except Exception as exc:  # noqa: BLE001 - a debugging tool lets the run through
+            self._fail("forward pre-hook", exc)
+
+    def _post_hook(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   output: Any) -> None:
+        stack = self._open.get(id(module))
+        if not stack:
+            return
+        entry, n_inputs, edges = stack.pop()
+        try:
+            outputs = flatten_tensors(output)
+            for i, t in enumerate(outputs):
+                entry.tensors[f"output.{i}"] = _host_copy(t)  # type: ignore[arg-type]
+            self._write_entry(entry)
+            if torch.is_grad_enabled():
+                self._watch_backward(entry, n_inputs, edges, outputs)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("forward hook", exc)
+
+    def _watch_backward(self, forward: _Entry, n_inputs: int, edges: dict[tuple[int, int], tuple[Any, list[int]]],
+                        outputs: list[torch.Tensor | None]) -> None:
+        """Hooks that see this call's gradients without changing the autograd graph: a hook on each output
+        (its gradient) and on each node made by the call that passes a gradient to an input (the part of the
+        input's gradient that flows through this call)."""
+        state = _BackwardCall(_Entry(forward.module, forward.cls, forward.step, forward.call, "backward"))
+        roots = []
+        for i, t in enumerate(outputs):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(partial(self._output_grad_hook, state, i))
+                state.outputs += 1
+                if t.grad_fn is not None:
+                    roots.append(t.grad_fn)
+        if not state.outputs:
+            return
+        self._watching.append(state)
+        if not edges:
+            return
+        bound = max((_sequence_nr(node) for node, _ in edges.values() if type(node).__name__ != "AccumulateGrad"),
+                    default=-1)
+        seen: set[int] = set()
+        while roots:
+            node = roots.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            for k, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                hit = edges.get((id(nxt), nr))
+                if hit is not None:
+                    node.register_hook(partial(self._input_grad_hook, state, k, hit[1]))
+                    state.expected += 1
+                elif id(nxt) not in seen and _sequence_nr(nxt) > bound and nxt.next_functions:
+                    roots.append(nxt)
+        state.n_inputs = n_inputs
+
+    def _output_grad_hook(self, state: _BackwardCall, index: int, grad: torch.Tensor) -> None:
+        if not self._active or state.entry.step != self.current_step:
+            return
+        try:
+            state.entry.tensors[f"grad_output.{index}"] = _host_copy(grad)
+            state.outputs_seen += 1
+            if not state.expected and state.outputs_seen >= state.outputs:
+                self._finish_backward(state)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("backward hook", exc)
+
+    def _input_grad_hook(self, state: _BackwardCall, k: int, indices: list[int], grad_inputs: tuple[Any, ...],
+                         grad_outputs: tuple[Any, ...]) -> None:
+        if not self._active or state.entry.step != self.current_step:
+            return
+        try:
+            grad = grad_inputs[k] if k < len(grad_inputs) else None
+            if isinstance(grad, torch.Tensor):
+                host = _host_copy(grad)
+                for i in indices:
+                    name = f"grad_input.{i}"
+                    old = state.entry.tensors.get(name)
+                    state.entry.tensors[name] = host if old is None else old + host
+            state.expected -= 1
+            if state.expected <= 0:
+                self._finish_backward(state)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("backward hook", exc)
+
+    def _finish_backward(self, state: _BackwardCall) -> None:
+        if state.done:
+            return
+        state.done = True
+        entry = state.entry
+        entry.tensors = dict(sorted(entry.tensors.items(), key=_tensor_order))
+        self._backward.append(entry)
+
+    def _grad_hook(self, param: torch.Tensor) -> None:
+        if not self._active or param.grad is None:
+            return
+        try:
+            self._param_grads[id(param)] = _host_copy(param.grad)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("gradient hook", exc)
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def _attach_param_grads(self) -> None:
+        last: dict[str, _Entry] = {}
+        for entry in self._backward:
+            last[entry.module] = entry
+        for key, grad in self._param_grads.items():
+            for path, name in self._owners.get(key, []):
+                entry = last.get(path)
+                if entry is None:  # no full backward hook fired (e.g. a dict output): an entry for the gradients
+                    entry = _Entry(path, self._modules.get(path, "?"), self.current_step, 0, "backward")
+                    self._backward.append(entry)
+                    last[path] = entry
+                entry.tensors[f"grad_param.{name}"] = grad
+        self._param_grads.clear()
+
+    def _write_entry(self, entry: _Entry) -> None:
+        entry.stats = {name: tensor_stats(t) for name, t in entry.tensors.items() if t is not None}
+        if not self.stats_only and self.rank_dir is not None:
+            folder = entry.module or "_root"
+            entry.dir = f"{folder}/step{entry.step}-call{entry.call}/{entry.direction}"
+            target = self.rank_dir / entry.dir
+            target.mkdir(parents=True, exist_ok=True)
+            write_tensors(target / "tensors.safetensors",
+                          {k: v for k, v in entry.tensors.items() if v is not None})
+        entry.tensors = {}
+        entry.written = True
+
+    def _finish_step(self) -> None:
+        for state in self._watching:  # calls whose backward did not complete (an unused output, say)
+            if not state.done and state.entry.tensors:
+                self._finish_backward(state)
+        self._watching = []
+        try:
+            self._attach_param_grads()
+            for entry in self._forward:
+                if not entry.written:
+                    self._write_entry(entry)
+            for entry in self._backward:
+                if not entry.written:
+                    self._write_entry(entry)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("writing", exc)
+        if (self._forward or self._backward) and self.current_step not in self._recorded_steps:
+            self._recorded_steps.append(self.current_step)
+        self._pending.extend(self._forward)
+        self._pending.extend(self._backward)
+        self._forward, self._backward = [], []
+        self._calls.clear()
+        self._open.clear()
+
+    def _write_index(self) -> None:
+        if self.rank_dir is None:
+            return
+        entries = self._pending
+        index = {"format": FORMAT, "stats_only": self.stats_only, "rank": process_rank(),
+                 "world_size": process_world_size(), "root": type(self.model).__name__, "device": self._device,
+                 "steps": list(self._recorded_steps), "versions": library_versions(), "modules": self._modules,
+                 "forward": [e.record() for e in entries if e.direction == "forward"],
+                 "backward": [e.record() for e in entries if e.direction == "backward"]}
+        try:
+            write_json(self.rank_dir / "index.json", index)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("writing the index", exc)

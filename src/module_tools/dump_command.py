@@ -1,0 +1,103 @@
+"""``ditorch dump-modules [--out DIR] [--stats-only] [--steps S] -- script.py args``: dump a script's model
+without editing the script.
+
+The model is the first module with parameters whose forward is called at the outermost level (not from
+inside another module's forward). Its dump starts just before that call; a step ends at each
+``optimizer.step()``; the dump stops when the script ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .config import DUMP_DIR_ENV, DUMP_STEPS_ENV, dump_config
+from .dump import ModuleDump
+
+__all__ = ["handle", "main", "parser"]
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The command's arguments (added to ``p`` when given)."""
+    p = p or argparse.ArgumentParser(prog="ditorch dump-modules",
+                                     description="Dump every module call of a script's model (forward and backward).")
+    p.add_argument("--out", default=None, help=f"dump folder (default: ${DUMP_DIR_ENV}, else module_dump)")
+    p.add_argument("--stats-only", action="store_true", default=None, help="statistics only, no tensor files")
+    p.add_argument("--steps", default=None, help=f"steps to dump: 0-2, 3, 5- (default: ${DUMP_STEPS_ENV}, else all)")
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    return p
+
+
+class _ModelFinder:
+    """Wraps ``nn.Module.__call__`` until the outermost call of a module with parameters is seen."""
+
+    def __init__(self, make_dump: Any) -> None:
+        self.make_dump = make_dump
+        self.dump: ModuleDump | None = None
+        self.depth = 0
+        self.original = torch.nn.Module.__call__
+
+    def install(self) -> None:
+        finder = self
+
+        def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if finder.dump is None and finder.depth == 0 and next(module.parameters(), None) is not None:
+                finder.uninstall()
+                finder.dump = finder.make_dump(module)
+                return finder.original(module, *args, **kwargs)
+            finder.depth += 1
+            try:
+                return finder.original(module, *args, **kwargs)
+            finally:
+                finder.depth -= 1
+
+        torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        torch.nn.Module.__call__ = self.original  # type: ignore[method-assign]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ditorch dump-modules``: see :func:`handle`."""
+    return handle(parser().parse_args(list(argv) if argv is not None else None))
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the script with its model dumped; returns the script's exit status."""
+    script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    config = dump_config()
+    out = args.out or config.out_dir or "module_dump"
+    stats_only = config.stats_only if args.stats_only is None else True
+    steps = args.steps if args.steps is not None else config.steps
+
+    def make_dump(model: torch.nn.Module) -> ModuleDump:
+        return ModuleDump(model, out, stats_only=stats_only, steps=steps, step_on_optimizer=True).start()
+
+    finder = _ModelFinder(make_dump)
+    finder.install()
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [args.script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    status = 0
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        finder.uninstall()
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        if finder.dump is not None:
+            finder.dump.stop()
+    dump = finder.dump
+    if dump is None:
+        print("module_tools: the script called no module with parameters; nothing dumped", file=sys.stderr)
+    else:
+        print(f"module_tools: dumped {type(dump.model).__name__} to {dump.rank_dir}", file=sys.stderr)
+    return status

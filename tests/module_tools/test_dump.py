@@ -1,0 +1,338 @@
+"""ModuleDump (the module-level dump of a training run) and its reader."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_dipu  # noqa: F401  (registers the dipu device)
+from module_tools import DumpError, ModuleDump, dump_from_env, load_dump
+from module_tools.config import dump_config, parse_steps
+
+DEVICES = ["cpu", "dipu"]
+
+
+class Shared(torch.nn.Module):
+    """Four linear layers; ``mid`` is called twice per forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(6, 16)
+        self.mid = torch.nn.Linear(16, 16)
+        self.mid2 = torch.nn.Linear(16, 16)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.inp(x))
+        h = torch.relu(self.mid(h))
+        h = torch.relu(self.mid2(h))
+        h = torch.relu(self.mid(h))
+        return self.out(h)
+
+
+class Tied(torch.nn.Module):
+    """An embedding whose weight the output projection shares; the forward returns a dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(20, 8)
+        self.head = torch.nn.Linear(8, 20, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> dict[str, torch.Tensor | None]:
+        return {"logits": self.head(torch.tanh(self.embed(ids))), "past": None}
+
+
+def _train(model: torch.nn.Module, device: str, steps: int = 2, dump: ModuleDump | None = None) -> list[torch.Tensor]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(5, 6, generator=gen).to(device)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if dump is not None:
+            dump.step()
+        losses.append(loss.detach().cpu())
+    return losses
+
+
+def _model(device: str) -> Shared:
+    torch.manual_seed(0)
+    return Shared().to(device)
+
+
+def _order(entries: list[dict], step: int = 0) -> list[tuple[str, int]]:
+    return [(e["module"], e["call"]) for e in entries if e["step"] == step]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_order_calls_values_and_training_unchanged(tmp_path: Path, device: str) -> None:
+    plain = _model(device)
+    want = _train(plain, device)
+    model = _model(device)
+    with ModuleDump(model, tmp_path) as dump:
+        got = _train(model, device, dump=dump)
+        grads = {}
+        x = torch.randn(5, 6).to(device)
+        model(x).square().mean().backward()  # step 2: read the gradients after backward
+        grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()}
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))  # bitwise the same training
+    for p, q in zip(plain.parameters(), model.parameters(), strict=True):
+        assert torch.equal(p.detach().cpu(), q.detach().cpu())
+    d = load_dump(tmp_path)
+    assert d.index["steps"] == [0, 1, 2] and d.modules["mid"] == "Linear" and d.index["root"] == "Shared"
+    assert _order(d.forward) == [("", 0), ("inp", 0), ("mid", 0), ("mid2", 0), ("mid", 1), ("out", 0)]
+    assert _order(d.backward) == [("", 0), ("out", 0), ("mid", 1), ("mid2", 0), ("mid", 0), ("inp", 0)]
+    # full values and statistics agree; the second call of mid sees mid2's output
+    fwd = {(e["module"], e["call"]): e for e in d.forward if e["step"] == 0}
+    mid1 = d.tensors(fwd[("mid", 1)])
+    assert torch.equal(mid1["input.0"], torch.relu(d.tensors(fwd[("mid2", 0)])["output.0"]))
+    for name, t in mid1.items():
+        s = fwd[("mid", 1)]["tensors"][name]
+        assert s["shape"] == list(t.shape) and s["dtype"] == "float32" and s["nan"] == 0
+        assert s["max"] == pytest.approx(float(t.max())) and s["norm"] == pytest.approx(float(t.norm()), rel=1e-6)
+    assert fwd[("mid", 1)]["dir"] == "mid/step0-call1/forward"
+    # grad_param equals p.grad (mid's gradient sums both calls and sits on its last finished backward entry)
+    last = {}
+    for e in d.backward:
+        if e["step"] == 2:
+            last[e["module"]] = e
+    assert last["mid"]["call"] == 0
+    for name, grad in grads.items():
+        module, pname = name.rsplit(".", 1)
+        assert torch.equal(d.tensors(last[module])[f"grad_param.{pname}"], grad)
+    # grad_input is the part of the input's gradient that flows through this call: grad_output @ weight
+    weight = {n: p.detach().cpu() for n, p in model.named_parameters()}
+    by_call = {(e["module"], e["call"]): d.tensors(e) for e in d.backward if e["step"] == 2}
+    for module, call in (("out", 0), ("mid", 1), ("mid", 0)):
+        t = by_call[(module, call)]
+        assert torch.equal(t["grad_input.0"], t["grad_output.0"] @ weight[f"{module}.weight"])
+    assert "grad_input.0" not in by_call[("inp", 0)]  # x needs no gradient
+
+
+def test_dump_is_a_copy_at_hook_time(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    x = torch.ones(2, 4)
+    with ModuleDump(model, tmp_path):
+        y = model(x)
+        x.add_(5)  # in-place changes after the call must not reach the dump
+        y.data.mul_(0)
+    d = load_dump(tmp_path)
+    t = d.tensors(d.forward[1])
+    assert torch.equal(t["input.0"], torch.ones(2, 4)) and t["output.0"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tied_parameter_under_both_owners_and_dict_output(tmp_path: Path, device: str) -> None:
+    torch.manual_seed(0)
+    model = Tied().to(device)
+    with ModuleDump(model, tmp_path):
+        out = model(torch.tensor([[1, 2, 3], [4, 5, 6]]).to(device))
+        out["logits"].square().mean().backward()
+    d = load_dump(tmp_path)
+    grad = model.embed.weight.grad.detach().cpu()
+    by_module = {e["module"]: e for e in d.backward}
+    assert torch.equal(d.tensors(by_module["embed"])["grad_param.weight"], grad)
+    assert torch.equal(d.tensors(by_module["head"])["grad_param.weight"], grad)
+    root = next(e for e in d.forward if e["module"] == "")
+    assert list(root["tensors"]) == ["input.0", "output.0"]  # the dict's tensor; None skipped
+    assert root["tensors"]["input.0"] == {"dtype": "int64", "shape": [2, 3], "numel": 6}
+
+
+def test_stats_only_and_steps(tmp_path: Path) -> None:
+    model = _model("cpu")
+    with ModuleDump(model, tmp_path, stats_only=True, steps=range(1, 2)) as dump:
+        _train(model, "cpu", steps=3, dump=dump)
+    d = load_dump(tmp_path / "rank0")
+    assert d.stats_only and d.index["steps"] == [1]
+    assert {e["step"] for e in d.forward + d.backward} == {1}
+    assert all(e["dir"] is None for e in d.forward + d.backward)
+    assert not list(tmp_path.rglob("*.safetensors"))
+    assert d.backward[1]["tensors"]["grad_param.weight"]["norm"] > 0
+    with pytest.raises(DumpError, match="statistics-only"):
+        d.tensors(d.forward[0])
+
+
+def test_damaged_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(DumpError, match="no module dump"):
+        load_dump(tmp_path)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with ModuleDump(model, tmp_path):
+        model(torch.ones(1, 2))
+    index = tmp_path / "rank0" / "index.json"
+    d = load_dump(tmp_path)
+    tensor_file = tmp_path / "rank0" / d.forward[1]["dir"] / "tensors.safetensors"
+    tensor_file.write_bytes(b"garbage")
+    with pytest.raises(DumpError, match=str(tensor_file)):
+        d.tensors(d.forward[1])
+    tensor_file.unlink()
+    with pytest.raises(DumpError, match="missing"):
+        d.tensors(d.forward[1])
+    index.write_text(index.read_text()[:40])
+    with pytest.raises(DumpError, match=str(index)):
+        load_dump(tmp_path)
+    index.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(DumpError, match="not a module dump index"):
+        load_dump(tmp_path)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_llama(tmp_path: Path, device: str) -> None:
+    from ditorch.models import get_family
+
+    family = get_family("llama")
+
+    def run(dump_dir: Path | None) -> tuple[list[torch.Tensor], torch.nn.Module]:
+        model = family.build().to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        dump = ModuleDump(model, dump_dir, stats_only=False).start() if dump_dir else None
+        losses = []
+        for step in range(2):
+            loss = model(**family.batch(step, device=device, batch_size=1, seq_len=8)).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach().cpu())
+            if dump:
+                dump.step()
+        if dump:
+            dump.stop()
+        return losses, model
+
+    want, _ = run(None)
+    got, model = run(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    d = load_dump(tmp_path)
+    fwd = _order(d.forward)
+    assert fwd[:3] == [("", 0), ("model", 0), ("model.embed_tokens", 0)]
+    assert ("model.layers.1.mlp.down_proj", 0) in fwd and ("lm_head", 0) in fwd
+    bwd = [m for m, _ in _order(d.backward)]
+    assert bwd.index("lm_head") < bwd.index("model.layers.1.mlp") < bwd.index("model.layers.0.mlp")
+    emb = next(e for e in d.backward if e["module"] == "model.embed_tokens" and e["step"] == 1)
+    assert "grad_param.weight" in emb["tensors"]
+    assert d.index["device"].startswith(device) and d.modules["model.layers.0"] == "LlamaDecoderLayer"
+
+
+def test_parse_steps_and_config() -> None:
+    assert 0 in parse_steps(None) and 99 in parse_steps(None)
+    s = parse_steps("0-2,5-")
+    assert [i for i in range(8) if i in s] == [0, 1, 2, 5, 6, 7]
+    assert [i for i in range(5) if i in parse_steps([1, 3])] == [1, 3]
+    for bad in ("x", "3-1", "1 2"):
+        with pytest.raises(ValueError, match="MODULE_DUMP_STEPS"):
+            parse_steps(bad, "MODULE_DUMP_STEPS")
+    cfg = dump_config({"MODULE_DUMP_DIR": "/x", "MODULE_DUMP_STATS_ONLY": "1", "MODULE_DUMP_STEPS": "1"})
+    assert cfg.out_dir == "/x" and cfg.stats_only and 1 in cfg.steps and 0 not in cfg.steps
+    assert dump_config({}).out_dir is None
+    with pytest.raises(ValueError, match="MODULE_DUMP_STATS_ONLY"):
+        dump_config({"MODULE_DUMP_STATS_ONLY": "maybe"})
+
+
+def test_dump_from_env_off() -> None:
+    if "MODULE_DUMP_DIR" in os.environ:
+        pytest.skip("MODULE_DUMP_DIR is set for the test run")
+    assert dump_from_env(torch.nn.Linear(1, 1)) is None
+
+
+def test_env_form_in_a_script(tmp_path: Path) -> None:
+    script = textwrap.dedent("""
+        import torch, torch_dipu, module_tools
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1)).to("dipu")
+        module_tools.dump_from_env(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            model(torch.randn(2, 3).to("dipu")).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIPU_", "DROPLET_", "MODULE_DUMP_"))}
+    env.update(MODULE_DUMP_DIR=str(tmp_path), MODULE_DUMP_STATS_ONLY="1", MODULE_DUMP_STEPS="1-2")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    d = load_dump(tmp_path)
+    assert d.stats_only and d.index["steps"] == [1, 2] and d.index["device"] == "dipu:0"
+    assert _order(d.forward, 1) == [("", 0), ("0", 0), ("1", 0), ("2", 0)]
+    assert [m for m, _ in _order(d.backward, 2)][-1] == "0"
+
+
+@dataclasses.dataclass
+class _Out:
+    value: torch.Tensor
+    note: str = "x"
+
+
+class Odd(torch.nn.Module):
+    """Submodules returning None, a dataclass and a tuple with a non-tensor; an in-place ReLU on an output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.act = torch.nn.ReLU(inplace=True)
+        self.nothing = torch.nn.Identity()
+        self.wrap = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 4)})
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        h = self.act(self.lin(x))
+        assert self.nothing(None) is None
+        out = _Out(self.wrap["a"](h))
+        return out.value.sum(), 3
+
+
+def test_odd_outputs_and_no_grad(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Odd()
+    x = torch.randn(2, 4)
+    want = torch.autograd.grad(model(x)[0], list(model.parameters()))
+    with ModuleDump(model, tmp_path):
+        got = torch.autograd.grad(model(x)[0], list(model.parameters()))
+        with torch.no_grad():
+            model(x)
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    d = load_dump(tmp_path)
+    calls = _order(d.forward)
+    assert calls.count(("", 0)) == 1 and ("", 1) in calls and ("nothing", 0) in calls
+    nothing = next(e for e in d.forward if e["module"] == "nothing")
+    assert nothing["tensors"] == {}
+    root = next(e for e in d.forward if e["module"] == "")
+    assert list(root["tensors"]) == ["input.0", "output.0"]
+    assert [m for m, _ in _order(d.backward)] == ["", "wrap.a", "act", "lin"]
+    assert "grad_input.0" in next(e for e in d.backward if e["module"] == "act")["tensors"]
+
+
+def test_dump_modules_command(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        loss_fn = torch.nn.MSELoss()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(int(sys.argv[1])):
+            loss_fn(model(torch.randn(2, 3)), torch.zeros(2, 1)).backward()
+            opt.step()
+            opt.zero_grad()
+        sys.exit(3)
+    """))
+    out = tmp_path / "dump"
+    code = (f"from module_tools.dump_command import main; "
+            f"raise SystemExit(main(['--out', {str(out)!r}, '--steps', '1-', '--', {str(script)!r}, '2']))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODULE_DUMP_")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "dumped Sequential" in proc.stderr
+    d = load_dump(out)
+    assert d.root == "Sequential" and d.steps == [1]
+    assert _order(d.forward, 1) == [("", 0), ("0", 0), ("1", 0), ("2", 0)]
