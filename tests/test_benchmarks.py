@@ -131,3 +131,10 @@ def test_ddp_benchmark(tmp_path: Path) -> None:
     dicl = rows["w1_dicl_ms_per_step_2proc"]
     assert dicl["allreduce_calls_per_step"] == step["buckets"]
     assert dicl["allreduce_bytes_per_step"] == 4 * 551_552  # every W1 gradient (float32) reduced once a step
+
+
+def test_module_dump_benchmark(tmp_path: Path) -> None:
+    rows = _run_benchmark(tmp_path, "bench_module_dump.py", ["--rounds", "1", "--steps", "1", "--devices", "dipu"])
+    assert set(rows) == {"w1_step_ms_stats_only_dipu", "w1_step_ms_full_dipu"}
+    for row in rows.values():
+        assert row["value"] > 0 and row["baseline"] > 0 and row["ratio"] > 0
