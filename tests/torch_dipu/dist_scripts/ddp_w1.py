@@ -93,7 +93,8 @@ def close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> list:
 
 
 def train(model: torch.nn.Module, ids: torch.Tensor, steps: int, snapshot_at: int | None = None) -> tuple:
-    """AdamW steps on ``ids``: (losses, flat parameters after ``snapshot_at`` steps or None)."""
+    """Steps of the chosen optimizer (``--optimizer``, SGD by default) on ``ids``: (losses, flat parameters
+    after ``snapshot_at`` steps or None)."""
     optimizer = OPTIMIZERS[CHOSEN["optimizer"]](model.parameters())
     losses, snapshot = [], None
     for step in range(steps):
