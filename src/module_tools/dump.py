@@ -105,6 +105,7 @@ class _Entry:
     stats: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     dir: str | None = None
     written: bool = False
+    fixed: bool = False  # a fixed-input replay's results (module_tools.fixed_input)
 
     def record(self) -> dict[str, Any]:
         return {"module": self.module, "class": self.cls, "step": self.step, "call": self.call,
@@ -142,7 +143,8 @@ class ModuleDump:
     """
 
     def __init__(self, model: torch.nn.Module, out_dir: str | Path, stats_only: bool = False,
-                 steps: str | range | Iterable[int] | StepSet | None = None, step_on_optimizer: bool = False) -> None:
+                 steps: str | range | Iterable[int] | StepSet | None = None, step_on_optimizer: bool = False,
+                 fixed_input: str | Path | Any | None = None) -> None:
         self.model = model
         self.out_dir = Path(out_dir)
         self.stats_only = bool(stats_only)
@@ -166,6 +168,9 @@ class ModuleDump:
         self._device = "cpu"
         self._watching: list[_BackwardCall] = []
         self._failed = False
+        self._fixed: list[_Entry] = []
+        self._fixed_input = fixed_input
+        self._replay: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def __enter__(self) -> ModuleDump:
@@ -193,6 +198,10 @@ class ModuleDump:
                 owners.append((path, name))
         param = next(self.model.parameters(), None)
         self._device = str(param.device) if param is not None else "cpu"
+        if self._fixed_input is not None and self._replay is None:
+            from .fixed_input import FixedInputReplay
+
+            self._replay = FixedInputReplay(self._fixed_input, self.model, self._paths)
         if self.step_on_optimizer:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -229,13 +238,15 @@ class ModuleDump:
                   file=sys.stderr)
 
     def _pre_hook(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not self._active:
+        if not self._active or (self._replay is not None and self._replay.busy):
             return
         try:
             path = self._paths.get(id(module), "?")
             call = self._calls.get(path, 0)
             self._calls[path] = call + 1
             entry = _Entry(path, type(module).__name__, self.current_step, call, "forward")
+            if self._replay is not None:
+                self._replay.before(module, path, self.current_step, call)
             inputs = flatten_tensors((args, kwargs))
             for i, t in enumerate(inputs):
                 entry.tensors[f"input.{i}"] = _host_copy(t)  # type: ignore[arg-type]
@@ -254,6 +265,8 @@ class ModuleDump:
 
     def _post_hook(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                    output: Any) -> None:
+        if self._replay is not None and self._replay.busy:
+            return
         stack = self._open.get(id(module))
         if not stack:
             return
@@ -267,6 +280,25 @@ class ModuleDump:
                 self._watch_backward(entry, n_inputs, edges, outputs)
         except Exception as exc:  # noqa: BLE001
             self._fail("forward hook", exc)
+        if self._replay is not None:
+            self._record_replay(module, entry, args, kwargs)
+
+    def _record_replay(self, module: torch.nn.Module, entry: _Entry, args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> None:
+        """Fixed-input mode: run this call again on the reference run's inputs and parameters; its outputs
+        (and gradients, from the reference's output gradients) become the call's ``fixed`` entries."""
+        try:
+            replayed = self._replay.after(module, entry.module, entry.step, entry.call, args, kwargs)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("fixed-input replay", exc)
+            return
+        for direction, tensors in replayed.items():
+            if not tensors:
+                continue
+            fixed = _Entry(entry.module, entry.cls, entry.step, entry.call, direction, fixed=True)
+            fixed.tensors = {k: _host_copy(v) for k, v in tensors.items()}
+            self._write_entry(fixed)
+            self._fixed.append(fixed)
 
     def _watch_backward(self, forward: _Entry, n_inputs: int, edges: dict[tuple[int, int], tuple[Any, list[int]]],
                         outputs: list[torch.Tensor | None]) -> None:
@@ -369,7 +401,8 @@ class ModuleDump:
         entry.stats = {name: tensor_stats(t) for name, t in entry.tensors.items() if t is not None}
         if not self.stats_only and self.rank_dir is not None:
             folder = entry.module or "_root"
-            entry.dir = f"{folder}/step{entry.step}-call{entry.call}/{entry.direction}"
+            kind = f"fixed_{entry.direction}" if entry.fixed else entry.direction
+            entry.dir = f"{folder}/step{entry.step}-call{entry.call}/{kind}"
             target = self.rank_dir / entry.dir
             target.mkdir(parents=True, exist_ok=True)
             write_tensors(target / "tensors.safetensors",
@@ -396,7 +429,8 @@ class ModuleDump:
             self._recorded_steps.append(self.current_step)
         self._pending.extend(self._forward)
         self._pending.extend(self._backward)
-        self._forward, self._backward = [], []
+        self._pending.extend(self._fixed)
+        self._forward, self._backward, self._fixed = [], [], []
         self._calls.clear()
         self._open.clear()
 
@@ -407,8 +441,11 @@ class ModuleDump:
         index = {"format": FORMAT, "stats_only": self.stats_only, "rank": process_rank(),
                  "world_size": process_world_size(), "root": type(self.model).__name__, "device": self._device,
                  "steps": list(self._recorded_steps), "versions": library_versions(), "modules": self._modules,
-                 "forward": [e.record() for e in entries if e.direction == "forward"],
-                 "backward": [e.record() for e in entries if e.direction == "backward"]}
+                 "forward": [e.record() for e in entries if e.direction == "forward" and not e.fixed],
+                 "backward": [e.record() for e in entries if e.direction == "backward" and not e.fixed]}
+        if self._replay is not None:
+            index["fixed_input"] = {"reference": str(self._replay.ref.path),
+                                    "entries": [e.record() for e in entries if e.fixed]}
         try:
             write_json(self.rank_dir / "index.json", index)
         except Exception as exc:  # noqa: BLE001
