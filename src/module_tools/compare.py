@@ -9,7 +9,6 @@ given, is the noise floor) and finds the first divergence in forward and in back
 from __future__ import annotations
 
 import difflib
-import html
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from diopi.compare import TensorComparison, Verdict, compare_tensors, tolerance
 
 from .dump_reader import Dump, load_dump
 
-__all__ = ["EntryComparison", "RunComparison", "compare_runs", "render_html"]
+__all__ = ["EntryComparison", "RunComparison", "compare_runs"]
 
 #: Path components that wrappers insert anywhere in a module tree (torch.compile, FSDP, activation checkpointing).
 WRAPPER_COMPONENTS = frozenset({"_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
@@ -347,6 +346,35 @@ class RunComparison:
     backward: list[EntryComparison]
     unmatched_entries: list[dict[str, Any]]
     modules: dict[str, str]
+    fixed_input: list[EntryComparison] = field(default_factory=list)
+    fixed_input_reference: str | None = None
+    fixed_input_failures: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def own_errors(self) -> list[EntryComparison]:
+        """Fixed-input mode: the calls with an error of their own, innermost first found (a FAIL replay none
+        of whose submodules' replays in the same step and direction FAIL)."""
+        failed = [e for e in self.fixed_input if e.verdict is Verdict.FAIL]
+        own = [e for e in failed if not any(f is not e and f.direction == e.direction and _is_ancestor(e, f)
+                                            for f in failed)]
+        return sorted(own, key=lambda e: (e.direction != "fixed_forward", e.step))
+
+    def _fixed_input_lines(self) -> list[str]:
+        if not self.fixed_input and not self.fixed_input_failures:
+            return []
+        own = self.own_errors
+        head = f"fixed input ({len(self.fixed_input)} replays of test calls on the reference inputs): "
+        failed = self.fixed_input_failures
+        tail = [] if not failed else [
+            f"fixed input: {len(failed)} calls could not be replayed (first: module {failed[0].get('module')!r} step "
+            f"{failed[0].get('step')} call {failed[0].get('call')}: {failed[0].get('error')})"]
+        if not own:
+            return [head + "every module is clean on its own", *tail]
+        names = "; ".join(f"{e.module or '<root>'!r} ({e.cls}) step {e.step} call {e.call} "
+                          f"{e.direction.removeprefix('fixed_')} {_first_failed(e)}"
+                          + (" (its forward replay is wrong too: may come from it)" if _after_forward(e, own) else "")
+                          for e in own)
+        return [head + f"errors of their own in {names}; every other module is clean on its own", *tail]
 
     @property
     def first_divergence(self) -> dict[str, dict[str, Any] | None]:
@@ -362,7 +390,7 @@ class RunComparison:
         """"no divergence in N steps" or one line per direction that diverged."""
         mode = " (statistics only)" if self.stats_only else ""
         if not self.diverged:
-            return f"no divergence in {len(self.steps)} steps{mode}"
+            return "\n".join([f"no divergence in {len(self.steps)} steps{mode}", *self._fixed_input_lines()])
         lines = []
         first = self.first_divergence
         for direction, d in first.items():
@@ -376,22 +404,48 @@ class RunComparison:
                          f"({d['class']}) call {d['call']}, {where}: {d['message']}{mode}")
             if direction == "backward" and first["forward"] is not None:
                 lines[-1] += " (after the forward divergence: may be inherited from it)"
-        return "\n".join(lines)
+        return "\n".join([*lines, *self._fixed_input_lines()])
 
     def to_json(self) -> dict[str, Any]:
         return {"format": "ditorch.compare_runs/1", "reference": self.ref_path, "test": self.test_path,
                 "fp64": self.fp64_path, "stats_only": self.stats_only, "steps": self.steps,
                 "first_divergence": self.first_divergence, "alignment": self.alignment.to_json(),
                 "unmatched_entries": self.unmatched_entries,
-                "forward": [e.to_json() for e in self.forward], "backward": [e.to_json() for e in self.backward]}
+                "forward": [e.to_json() for e in self.forward], "backward": [e.to_json() for e in self.backward],
+                "fixed_input": None if not (self.fixed_input or self.fixed_input_failures) else {
+                    "reference": self.fixed_input_reference, "failed": self.fixed_input_failures,
+                    "own_errors": [_own_error_json(e, self.own_errors) for e in self.own_errors],
+                    "entries": [e.to_json() for e in self.fixed_input]}}
 
     def write_json(self, path: str | Path) -> None:
         with atomic_open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_json(), f, indent=1, allow_nan=False)
 
     def write_html(self, path: str | Path) -> None:
+        from .compare_html import render_html
+
         with atomic_open(path, "w", encoding="utf-8") as f:
             f.write(render_html(self))
+
+
+def _first_failed(entry: EntryComparison) -> str:
+    return next((name for name, r in entry.tensors.items() if r.verdict is Verdict.FAIL), "")
+
+
+def _after_forward(entry: EntryComparison, own: list[EntryComparison]) -> bool:
+    """Whether a backward own error lies in, around or at a module whose forward replay has an error of its own
+    in the same step (a wrong forward makes the backward wrong too)."""
+    return entry.direction == "fixed_backward" and any(
+        f.direction == "fixed_forward" and f.step == entry.step
+        and (f.module == entry.module or _is_ancestor(f, entry) or _is_ancestor(entry, f)) for f in own)
+
+
+def _own_error_json(entry: EntryComparison, own: list[EntryComparison]) -> dict[str, Any]:
+    name = _first_failed(entry)
+    return {"module": entry.module, "ref_module": entry.ref_module, "class": entry.cls, "step": entry.step,
+            "call": entry.call, "direction": entry.direction.removeprefix("fixed_"), "tensor": name,
+            "alignment": entry.alignment, "after_forward_error": _after_forward(entry, own)} | \
+        _result_json(entry.tensors[name])
 
 
 def _key(entry: dict[str, Any]) -> tuple[str, int, int]:
@@ -424,9 +478,37 @@ def _compare_entries(ref: Dump, test: Dump, fp64: Dump | None, direction: str, a
     return out
 
 
+def _compare_fixed(ref: Dump, test: Dump, fp64: Dump | None, alignment: Alignment,
+                   stats_only: bool) -> list[EntryComparison]:
+    """Judge each fixed-input replay entry of ``test`` against the reference call it replayed (the tensors
+    both have: outputs; input gradients; parameter gradients where the replay could give them)."""
+    out: list[EntryComparison] = []
+    for entry in test.fixed_input:
+        direction = entry["direction"]
+        module, step, call = _key(entry)
+        pair = alignment.pairs.get(module)
+        if pair is None:
+            continue
+        ref_index = {_key(e): e for e in getattr(ref, direction)}
+        ref_entry = ref_index.get((pair[0], step, call))
+        if ref_entry is None:
+            continue
+        fp64_entry = ({_key(e): e for e in getattr(fp64, direction)}.get((pair[0], step, call))
+                      if fp64 is not None else None)
+        result = _compare_entry(ref, test, fp64, entry, ref_entry, fp64_entry, pair, stats_only, shared_only=True)
+        if result.tensors:
+            result.direction = f"fixed_{direction}"
+            out.append(result)
+    return out
+
+
 def _compare_entry(ref: Dump, test: Dump, fp64: Dump | None, entry: dict[str, Any], ref_entry: dict[str, Any],
-                   fp64_entry: dict[str, Any] | None, pair: tuple[str, str], stats_only: bool) -> EntryComparison:
+                   fp64_entry: dict[str, Any] | None, pair: tuple[str, str], stats_only: bool,
+                   shared_only: bool = False) -> EntryComparison:
     t_stats, r_stats = entry["tensors"], ref_entry["tensors"]
+    if shared_only:
+        t_stats = {k: v for k, v in t_stats.items() if k in r_stats}
+        r_stats = {k: v for k, v in r_stats.items() if k in t_stats}
     f_stats = fp64_entry["tensors"] if fp64_entry else {}
     results: dict[str, TensorComparison] = {}
     if not stats_only:
@@ -463,64 +545,7 @@ def compare_runs(ref: str | Path | Dump, test: str | Path | Dump,
     return RunComparison(ref_path=str(ref_d.path), test_path=str(test_d.path),
                          fp64_path=str(fp64_d.path) if fp64_d is not None else None, stats_only=stats_only,
                          steps=steps, alignment=alignment, forward=forward, backward=backward,
-                         unmatched_entries=unmatched, modules=dict(test_d.modules))
-
-
-# -- HTML ------------------------------------------------------------------------------------------------------
-_COLOURS = {None: "#888", Verdict.PASS: "#2a7d2a", Verdict.PASS_NOISE: "#b07800", Verdict.FAIL: "#c0201a"}
-_CSS = ("body{font-family:sans-serif;font-size:13px}details{margin-left:1.2em}summary{cursor:pointer}"
-        "table{border-collapse:collapse;margin:.3em 0 .3em 1.2em}td,th{border:1px solid #ccc;padding:1px 5px;"
-        "text-align:right}td.l{text-align:left}")
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return html.escape("" if x is None else str(x))
-
-
-def _entry_table(entry: EntryComparison) -> str:
-    rows = []
-    for name, r in entry.tensors.items():
-        t, e = entry.test_stats.get(name) or {}, entry.ref_stats.get(name) or {}
-        stats = " ".join(f"{k} {_fmt(t.get(k))}/{_fmt(e.get(k))}" for k in _STATS)
-        rows.append(f"<tr><td class=l style='color:{_COLOURS[r.verdict]}'>{html.escape(name)}</td>"
-                    f"<td class=l>{html.escape(r.verdict.value)}</td><td>{_fmt(r.max_abs_error)}</td>"
-                    f"<td>{_fmt(r.max_rel_error)}</td><td>{_fmt(r.cosine_similarity)}</td>"
-                    f"<td class=l>{_fmt(t.get('dtype'))} {_fmt(t.get('shape'))}</td><td class=l>{stats}</td>"
-                    f"<td class=l>{html.escape(r.message)}</td></tr>")
-    return (f"<div>step {entry.step} call {entry.call} {entry.direction} (aligned: {entry.alignment}, reference "
-            f"{html.escape(entry.ref_module or '<root>')})</div><table><tr><th>tensor</th><th>verdict</th>"
-            "<th>max abs</th><th>max rel</th><th>cosine</th><th>dtype shape</th><th>stats test/ref</th>"
-            "<th>message</th></tr>" + "".join(rows) + "</table>")
-
-
-def render_html(result: RunComparison) -> str:
-    """A self-contained HTML page: the module tree coloured by each subtree's worst verdict, expandable, with
-    every tensor's verdict, errors and statistics."""
-    by_module: dict[str, list[EntryComparison]] = {}
-    for entry in result.forward + result.backward:
-        by_module.setdefault(entry.module, []).append(entry)
-    paths = list(result.modules) or list(by_module)
-    children: dict[str, list[str]] = {p: [] for p in paths}
-    for p in paths:
-        if p:
-            parent = p.rsplit(".", 1)[0] if "." in p else ""
-            children.setdefault(parent, []).append(p)
-
-    def worst(p: str) -> Verdict | None:
-        own = [e.verdict for e in by_module.get(p, [])]
-        return max([*own, *(worst(c) for c in children.get(p, []))], key=_RANK.__getitem__, default=None)
-
-    def node(p: str) -> str:
-        w = worst(p)
-        label = f"{html.escape(p or '<root>')} ({html.escape(result.modules.get(p, ''))}): {w.value if w else '-'}"
-        body = "".join(_entry_table(e) for e in by_module.get(p, [])) + "".join(node(c) for c in children.get(p, []))
-        is_open = " open" if w is Verdict.FAIL else ""
-        return f"<details{is_open}><summary style='color:{_COLOURS[w]}'>{label}</summary>{body}</details>"
-
-    head = html.escape(result.summary()).replace("\n", "<br>")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>ditorch compare-runs</title><style>{_CSS}"
-            f"</style></head><body><h3>ditorch compare-runs</h3><p>reference {html.escape(result.ref_path)}<br>"
-            f"test {html.escape(result.test_path)}<br>fp64 {html.escape(str(result.fp64_path))}</p><p><b>{head}</b>"
-            f"</p><p>alignment: {html.escape(json.dumps(result.alignment.counts()))}</p>{node('')}</body></html>")
+                         unmatched_entries=unmatched, modules=dict(test_d.modules),
+                         fixed_input=_compare_fixed(ref_d, test_d, fp64_d, alignment, stats_only),
+                         fixed_input_reference=test_d.fixed_input_reference,
+                         fixed_input_failures=test_d.fixed_input_failures)

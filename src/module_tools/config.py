@@ -3,6 +3,7 @@
 - ``MODULE_DUMP_DIR``: dump the model given to :func:`module_tools.dump_from_env` into this folder.
 - ``MODULE_DUMP_STATS_ONLY=1``: statistics only, no tensor files.
 - ``MODULE_DUMP_STEPS``: the steps to record (``0-2``, ``3``, ``5-``, ``0,4-5``; steps count from 0).
+- ``MODULE_DUMP_FIXED_INPUT``: a full reference dump; each call is also replayed on its inputs (fixed-input mode).
 
 A malformed value raises ``ValueError`` naming the variable and the value.
 """
@@ -16,12 +17,13 @@ from dataclasses import dataclass
 
 from diopi.env import env_flag, split_list
 
-__all__ = ["DUMP_DIR_ENV", "DUMP_STATS_ONLY_ENV", "DUMP_STEPS_ENV", "DumpConfig", "StepSet", "dump_config",
-           "parse_steps"]
+__all__ = ["DUMP_DIR_ENV", "DUMP_FIXED_INPUT_ENV", "DUMP_STATS_ONLY_ENV", "DUMP_STEPS_ENV", "DumpConfig", "StepSet",
+           "dump_config", "parse_steps"]
 
 DUMP_DIR_ENV = "MODULE_DUMP_DIR"
 DUMP_STATS_ONLY_ENV = "MODULE_DUMP_STATS_ONLY"
 DUMP_STEPS_ENV = "MODULE_DUMP_STEPS"
+DUMP_FIXED_INPUT_ENV = "MODULE_DUMP_FIXED_INPUT"
 
 _RANGE = re.compile(r"^(\d+)?\s*(-)?\s*(\d+)?$")
 
@@ -89,12 +91,14 @@ class DumpConfig:
     out_dir: str | None
     stats_only: bool
     steps: StepSet
+    fixed_input: str | None = None
 
 
 def dump_config(env: Mapping[str, str] | None = None) -> DumpConfig:
-    """Read ``MODULE_DUMP_DIR``, ``MODULE_DUMP_STATS_ONLY`` and ``MODULE_DUMP_STEPS``."""
+    """Read ``MODULE_DUMP_DIR``, ``MODULE_DUMP_STATS_ONLY``, ``MODULE_DUMP_STEPS`` and ``MODULE_DUMP_FIXED_INPUT``."""
     env = os.environ if env is None else env
     out_dir = env.get(DUMP_DIR_ENV, "").strip() or None
     steps_text = env.get(DUMP_STEPS_ENV, "").strip()
     return DumpConfig(out_dir=out_dir, stats_only=env_flag(DUMP_STATS_ONLY_ENV, env=env),
-                      steps=parse_steps(steps_text or None, DUMP_STEPS_ENV))
+                      steps=parse_steps(steps_text or None, DUMP_STEPS_ENV),
+                      fixed_input=env.get(DUMP_FIXED_INPUT_ENV, "").strip() or None)

@@ -246,7 +246,7 @@ class ModuleDump:
             self._calls[path] = call + 1
             entry = _Entry(path, type(module).__name__, self.current_step, call, "forward")
             if self._replay is not None:
-                self._replay.before(module, path, self.current_step, call)
+                self._replay.before(module, path, self.current_step, call, args, kwargs)
             inputs = flatten_tensors((args, kwargs))
             for i, t in enumerate(inputs):
                 entry.tensors[f"input.{i}"] = _host_copy(t)  # type: ignore[arg-type]
@@ -289,8 +289,8 @@ class ModuleDump:
         (and gradients, from the reference's output gradients) become the call's ``fixed`` entries."""
         try:
             replayed = self._replay.after(module, entry.module, entry.step, entry.call, args, kwargs)
-        except Exception as exc:  # noqa: BLE001
-            self._fail("fixed-input replay", exc)
+        except Exception as exc:  # noqa: BLE001 - recorded in the index; the run goes on
+            self._replay.record_failure(entry.module, entry.step, entry.call, exc)
             return
         for direction, tensors in replayed.items():
             if not tensors:
@@ -444,7 +444,7 @@ class ModuleDump:
                  "forward": [e.record() for e in entries if e.direction == "forward" and not e.fixed],
                  "backward": [e.record() for e in entries if e.direction == "backward" and not e.fixed]}
         if self._replay is not None:
-            index["fixed_input"] = {"reference": str(self._replay.ref.path),
+            index["fixed_input"] = {"reference": str(self._replay.ref.path), "failed": self._replay.failures,
                                     "entries": [e.record() for e in entries if e.fixed]}
         try:
             write_json(self.rank_dir / "index.json", index)

@@ -42,6 +42,24 @@ class Dump:
     def root(self) -> str:
         return str(self.index.get("root", ""))
 
+    @property
+    def fixed_input(self) -> list[dict[str, Any]]:
+        """The fixed-input replay entries (``ModuleDump(..., fixed_input=REF)``), empty for an ordinary dump."""
+        value = self.index.get("fixed_input")
+        return list(value.get("entries", [])) if isinstance(value, dict) else []
+
+    @property
+    def fixed_input_failures(self) -> list[dict[str, Any]]:
+        """The calls whose fixed-input replay raised (module, step, call, error)."""
+        value = self.index.get("fixed_input")
+        return list(value.get("failed", [])) if isinstance(value, dict) else []
+
+    @property
+    def fixed_input_reference(self) -> str | None:
+        """The reference dump the fixed-input replay read, or None."""
+        value = self.index.get("fixed_input")
+        return str(value.get("reference")) if isinstance(value, dict) else None
+
     def tensors(self, entry: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The host tensors of ``entry`` (full mode); :class:`DumpError` for a stats-only dump or a missing or
         damaged tensor file (named)."""

@@ -89,12 +89,13 @@ class ConvNet(torch.nn.Module):
 
 
 def dump_run(model: torch.nn.Module, x: torch.Tensor, out: Path, device: str = "cpu", steps: int = 1,
-             faults: str = "", stats_only: bool = False) -> Path:
+             faults: str = "", stats_only: bool = False, fixed_input: Path | None = None) -> Path:
     """Train ``model`` (seeded copy) for ``steps`` SGD steps on ``device`` under a ModuleDump; ``faults`` is on for
-    the whole run (forward and backward)."""
+    the whole run (forward and backward); ``fixed_input``: the reference dump to replay each call on."""
     model = model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with droplet.switches(faults=faults), ModuleDump(model, out, stats_only=stats_only) as dump:
+    with droplet.switches(faults=faults), ModuleDump(model, out, stats_only=stats_only,
+                                                     fixed_input=fixed_input) as dump:
         for _ in range(steps):
             opt.zero_grad()
             out_t = model(x.to(device))
@@ -273,3 +274,139 @@ def test_error_in_parent_code_names_the_parent(tmp_path: Path, faults: str, dire
     expected_seen = "lin" if direction == "forward" else "pre"
     assert (first["module"], first["class"], first["tensor"], first["seen_in"]["module"]) == \
         ("", "Scaled", tensor, expected_seen)
+
+
+def _fixed_verdicts(result, direction: str) -> dict[str, str]:  # noqa: ANN001
+    return {e.module: e.verdict.value for e in result.fixed_input if e.direction == f"fixed_{direction}"}
+
+
+def test_fixed_input_forward_fault_isolates_the_layer(tmp_path: Path) -> None:
+    ref = dump_run(seeded(MLP), X, tmp_path / "ref", steps=2)
+    model = seeded(MLP)
+    model.fault_layer, model.faults = 2, "linear:bias:0.5"
+    test = dump_run(model, X, tmp_path / "test", device="dipu", steps=2, fixed_input=ref)
+    result = compare_runs(ref, test)
+    # the ordinary comparison: layer 3 inherits the error
+    assert {e.module for e in result.forward if e.verdict.value == "FAIL" and e.step == 0} >= {"layers.3.0",
+                                                                                                "layers.3.1"}
+    fixed = _fixed_verdicts(result, "forward")
+    assert fixed["layers.3.0"] == fixed["layers.3.1"] == fixed["layers.1.0"] == "PASS"  # clean on their own
+    assert fixed["layers.2.0"] == fixed["layers.2"] == fixed[""] == "FAIL"
+    own = [(e.module, e.step, e.direction) for e in result.own_errors]
+    # forward: the faulty Linear alone; backward: its block, whose forward replay is wrong (the Tanh's gradient
+    # at a wrong pre-activation), flagged as such
+    assert own == [("layers.2.0", 0, "fixed_forward"), ("layers.2.0", 1, "fixed_forward"),
+                   ("layers.2", 0, "fixed_backward"), ("layers.2", 1, "fixed_backward")]
+    assert [e["after_forward_error"] for e in result.to_json()["fixed_input"]["own_errors"]] == [False, False,
+                                                                                                 True, True]
+    assert "errors of their own in 'layers.2.0' (Linear) step 0 call 0 forward output.0" in result.summary()
+    data = result.to_json()["fixed_input"]
+    assert data["own_errors"][0]["module"] == "layers.2.0" and data["own_errors"][0]["tensor"] == "output.0"
+    assert data["own_errors"][0]["max_abs_diff"] == pytest.approx(0.5, rel=1e-4)
+    result.write_html(tmp_path / "c.html")
+    assert "fixed-input forward" in (tmp_path / "c.html").read_text()
+
+
+def test_fixed_input_backward_fault_isolates_the_layer(tmp_path: Path) -> None:
+    ref = dump_run(seeded(MLP), X, tmp_path / "ref")
+    test = dump_run(seeded(MLP), X, tmp_path / "test", device="dipu", faults="tanh_backward:grad:3", fixed_input=ref)
+    result = compare_runs(ref, test)
+    # the ordinary comparison: the layers before the Tanh get wrong gradients
+    assert {e.module for e in result.backward if e.verdict.value == "FAIL"} >= {"layers.0.0", "layers.1.0"}
+    fixed = _fixed_verdicts(result, "backward")
+    assert fixed["layers.0.0"] == fixed["layers.1.0"] == fixed["layers.2.0"] == fixed["layers.3.0"] == "PASS"
+    assert fixed["layers.2.1"] == "FAIL"
+    assert set(_fixed_verdicts(result, "forward").values()) == {"PASS"}
+    assert [(e.module, e.direction) for e in result.own_errors] == [("layers.2.1", "fixed_backward")]
+    own = result.to_json()["fixed_input"]["own_errors"][0]
+    assert (own["module"], own["direction"], own["tensor"]) == ("layers.2.1", "backward", "grad_input.0")
+
+
+def test_fixed_input_clean_run_and_parameter_gradients(tmp_path: Path) -> None:
+    ref = dump_run(seeded(MLP), X, tmp_path / "ref", steps=2)
+    test = dump_run(seeded(MLP), X, tmp_path / "test", device="dipu", steps=2, fixed_input=ref)
+    result = compare_runs(ref, test)
+    assert result.summary().splitlines() == [
+        "no divergence in 2 steps",
+        "fixed input (48 replays of test calls on the reference inputs): every module is clean on its own"]  # 26 + 22
+    linear = next(e for e in result.fixed_input if e.module == "layers.1.0" and e.direction == "fixed_backward")
+    assert set(linear.tensors) == {"grad_input.0", "grad_param.weight", "grad_param.bias"}
+
+
+def test_fixed_input_needs_a_full_reference(tmp_path: Path) -> None:
+    from module_tools import DumpError
+
+    ref = dump_run(seeded(MLP), X, tmp_path / "ref", stats_only=True)
+    with pytest.raises(DumpError, match="statistics only"):
+        ModuleDump(seeded(MLP), tmp_path / "test", fixed_input=ref).start()
+
+
+def test_fixed_input_llama_with_cache_and_attention_weights(tmp_path: Path) -> None:
+    """A transformers Llama (eager attention returning its weights, a KV cache passed through the layers) on dipu
+    replayed on the CPU run's inputs: every replay runs and every module is clean on its own."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                         attn_implementation="eager")
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def run(device: str, out: Path, fixed: Path | None = None) -> Path:
+        model = seeded(LlamaForCausalLM, config).to(device)
+        with ModuleDump(model, out, fixed_input=fixed) as dump:
+            model(input_ids=ids.to(device), labels=ids.to(device)).loss.backward()
+            dump.step()
+        return out
+
+    ref = run("cpu", tmp_path / "ref")
+    result = compare_runs(ref, run("dipu", tmp_path / "test", ref))
+    assert result.fixed_input_failures == []
+    assert result.own_errors == []
+    attn = [e for e in result.fixed_input if e.module == "model.layers.1.self_attn"]
+    assert [e.direction for e in attn] == ["fixed_forward", "fixed_backward"]
+    assert "grad_input.0" in attn[1].tensors and "output.1" in attn[0].tensors  # the attention weights too
+
+
+class Flaky(torch.nn.Module):
+    """A module whose forward fails on its second run (the replay), and a Linear after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+        self.runs = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.runs += 1
+        if self.runs % 2 == 0:
+            raise RuntimeError("second run")
+        return self.inner(x)
+
+
+def test_fixed_input_replay_failure_is_reported(tmp_path: Path) -> None:
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(3))
+    model = seeded(Flaky)
+    ref = dump_run(model, x, tmp_path / "ref")
+    model.runs = 0
+    result = compare_runs(ref, dump_run(model, x, tmp_path / "test", fixed_input=ref))
+    assert result.fixed_input_failures == [{"module": "", "step": 0, "call": 0, "error": "RuntimeError: second run"}]
+    assert "1 calls could not be replayed (first: module '' step 0 call 0: RuntimeError: second run)" in \
+        result.summary()
+    assert {e.module for e in result.fixed_input} == {"inner"}
+
+
+def test_real_ddp_wrapper_aligns_every_module(tmp_path: Path) -> None:
+    """torch's DistributedDataParallel (one gloo process) around the model: every module aligns."""
+    import torch.distributed as dist
+
+    ref = dump_run(seeded(MLP), X, tmp_path / "ref")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        test = dump_run(torch.nn.parallel.DistributedDataParallel(seeded(MLP)), X, tmp_path / "test")
+    finally:
+        dist.destroy_process_group()
+    result = compare_runs(ref, test)
+    a = result.alignment
+    assert result.modules[""] == "DistributedDataParallel"
+    assert a.wrappers_test == [""] and a.unaligned_ref == [] and a.unaligned_test == []
+    assert a.pairs["module.layers.2.0"] == ("layers.2.0", "wrapper") and len(a.pairs) == 14
+    assert not result.unmatched_entries and result.summary() == "no divergence in 1 steps"
