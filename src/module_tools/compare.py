@@ -162,10 +162,11 @@ def _stat_vector(stats: dict[str, Any]) -> torch.Tensor:
     return torch.tensor([math.nan if stats.get(k) is None else float(stats[k]) for k in _STATS], dtype=torch.float64)
 
 
-def compare_stats(name: str, test: dict[str, Any], ref: dict[str, Any],
-                  fp64: dict[str, Any] | None = None) -> TensorComparison:
+def compare_stats(name: str, test: dict[str, Any], ref: dict[str, Any], fp64: dict[str, Any] | None = None,
+                  precision: torch.dtype | None = None) -> TensorComparison:
     """Judge one tensor by its statistics (mean, norm, min, max) with :func:`diopi.compare.compare_tensors`,
-    at the tolerance of the tensor's dtype; NaN/Inf counts, shapes and dtypes must agree."""
+    at the tolerance of the tensor's dtype (or of ``precision``, the coarser run's, when it is coarser); NaN/Inf
+    counts, shapes and dtypes must agree."""
     for key in ("shape", "nan", "inf"):
         if test.get(key) != ref.get(key):
             return _fail(name, f"{key} differs: test {test.get(key)}, reference {ref.get(key)} (statistics)")
@@ -175,7 +176,9 @@ def compare_stats(name: str, test: dict[str, Any], ref: dict[str, Any],
             return _fail(name, f"dtype differs: test {test.get('dtype')}, reference {ref.get('dtype')}")
         return compare_tensors(torch.zeros(1), torch.zeros(1), path=name)  # nothing but dtype/shape to compare
     atol, rtol = tolerance(dtype)
-    if test.get("dtype") != ref.get("dtype"):
+    if precision is not None and _coarser(precision, dtype) is precision and precision != dtype:
+        dtype = precision
+    if test.get("dtype") != ref.get("dtype") or dtype != _dtype(ref.get("dtype")):
         scale = max(abs(float(ref.get(k) or 0.0)) for k in ("min", "max"))
         atol, rtol = _mixed_tolerance(dtype, scale)
     reference = _stat_vector(fp64) if fp64 is not None and fp64.get("shape") == ref.get("shape") else None
@@ -198,11 +201,20 @@ def _mixed_tolerance(dtype: torch.dtype, scale: float) -> tuple[float, float]:
     return (max(atol, rtol * scale) if math.isfinite(scale) else atol), rtol
 
 
-def compare_full(name: str, test: torch.Tensor, ref: torch.Tensor, fp64: torch.Tensor | None) -> TensorComparison:
-    """Judge one tensor against the reference (cast to the test's dtype when they differ: the test dtype's
-    tolerance, with the float64 tensor as the noise floor)."""
+def compare_full(name: str, test: torch.Tensor, ref: torch.Tensor, fp64: torch.Tensor | None,
+                 precision: torch.dtype | None = None) -> TensorComparison:
+    """Judge one tensor against the reference (cast to the coarser dtype when they differ: that dtype's
+    tolerance, with the float64 tensor as the noise floor). ``precision``: the coarser run's working dtype (a
+    bfloat16 run against a float32 one); a tensor both runs hold in a finer dtype (a float32 loss computed
+    from bfloat16 logits) is judged at its tolerance too."""
     note, atol, rtol = "", None, None
-    if test.dtype != ref.dtype and test.is_floating_point() and ref.is_floating_point():
+    floating = test.is_floating_point() and ref.is_floating_point()
+    if (floating and test.dtype == ref.dtype and precision is not None and precision != test.dtype
+            and _coarser(precision, test.dtype) is precision):
+        atol, rtol = _mixed_tolerance(precision, ref.detach().abs().max().item() if ref.numel() else 0.0)
+        note = (f" (a {str(precision).removeprefix('torch.')} run: judged at its tolerance, atol = rtol x the "
+                "largest reference value)")
+    elif test.dtype != ref.dtype and floating:
         common = _coarser(test.dtype, ref.dtype)
         atol, rtol = _mixed_tolerance(common, ref.detach().abs().max().item() if ref.numel() else 0.0)
         note = (f" (reference {str(ref.dtype).removeprefix('torch.')} compared as "
@@ -452,8 +464,29 @@ def _key(entry: dict[str, Any]) -> tuple[str, int, int]:
     return entry["module"], int(entry["step"]), int(entry["call"])
 
 
+def run_precision(dump: Dump) -> torch.dtype | None:
+    """The floating dtype that holds most parameter elements of ``dump`` (the run's working precision)."""
+    counts: dict[str, int] = {}
+    seen: set[str] = set()
+    for entry in dump.forward:
+        if entry["module"] in seen:
+            continue
+        seen.add(entry["module"])
+        for name, stats in entry["tensors"].items():
+            if name.startswith("param.") and _dtype(stats.get("dtype")).is_floating_point:
+                counts[stats["dtype"]] = counts.get(stats["dtype"], 0) + int(stats.get("numel") or 0)
+    return _dtype(max(counts, key=counts.__getitem__)) if counts else None
+
+
+def _precision(ref: Dump, test: Dump) -> torch.dtype | None:
+    """The coarser of the two runs' working precisions when they differ, else None."""
+    a, b = run_precision(ref), run_precision(test)
+    return _coarser(a, b) if a is not None and b is not None and a != b else None
+
+
 def _compare_entries(ref: Dump, test: Dump, fp64: Dump | None, direction: str, alignment: Alignment,
-                     stats_only: bool, unmatched: list[dict[str, Any]]) -> list[EntryComparison]:
+                     stats_only: bool, unmatched: list[dict[str, Any]],
+                     precision: torch.dtype | None = None) -> list[EntryComparison]:
     ref_index = {_key(e): e for e in getattr(ref, direction)}
     fp64_index = {_key(e): e for e in getattr(fp64, direction)} if fp64 is not None else {}
     wrappers = set(alignment.wrappers_test)
@@ -470,7 +503,8 @@ def _compare_entries(ref: Dump, test: Dump, fp64: Dump | None, direction: str, a
             continue
         used.add(_key(ref_entry))
         fp64_entry = fp64_index.get((pair[0], step, call))
-        out.append(_compare_entry(ref, test, fp64, entry, ref_entry, fp64_entry, pair, stats_only))
+        out.append(_compare_entry(ref, test, fp64, entry, ref_entry, fp64_entry, pair, stats_only,
+                                  precision=precision))
     for key in ref_index:
         if key not in used and key[0] not in alignment.wrappers_ref:
             unmatched.append({"side": "reference", "module": key[0], "step": key[1], "call": key[2],
@@ -478,8 +512,8 @@ def _compare_entries(ref: Dump, test: Dump, fp64: Dump | None, direction: str, a
     return out
 
 
-def _compare_fixed(ref: Dump, test: Dump, fp64: Dump | None, alignment: Alignment,
-                   stats_only: bool) -> list[EntryComparison]:
+def _compare_fixed(ref: Dump, test: Dump, fp64: Dump | None, alignment: Alignment, stats_only: bool,
+                   precision: torch.dtype | None = None) -> list[EntryComparison]:
     """Judge each fixed-input replay entry of ``test`` against the reference call it replayed (the tensors
     both have: outputs; input gradients; parameter gradients where the replay could give them)."""
     out: list[EntryComparison] = []
@@ -495,7 +529,8 @@ def _compare_fixed(ref: Dump, test: Dump, fp64: Dump | None, alignment: Alignmen
             continue
         fp64_entry = ({_key(e): e for e in getattr(fp64, direction)}.get((pair[0], step, call))
                       if fp64 is not None else None)
-        result = _compare_entry(ref, test, fp64, entry, ref_entry, fp64_entry, pair, stats_only, shared_only=True)
+        result = _compare_entry(ref, test, fp64, entry, ref_entry, fp64_entry, pair, stats_only, shared_only=True,
+                                precision=precision)
         if result.tensors:
             result.direction = f"fixed_{direction}"
             out.append(result)
@@ -504,7 +539,7 @@ def _compare_fixed(ref: Dump, test: Dump, fp64: Dump | None, alignment: Alignmen
 
 def _compare_entry(ref: Dump, test: Dump, fp64: Dump | None, entry: dict[str, Any], ref_entry: dict[str, Any],
                    fp64_entry: dict[str, Any] | None, pair: tuple[str, str], stats_only: bool,
-                   shared_only: bool = False) -> EntryComparison:
+                   shared_only: bool = False, precision: torch.dtype | None = None) -> EntryComparison:
     t_stats, r_stats = entry["tensors"], ref_entry["tensors"]
     if shared_only:
         t_stats = {k: v for k, v in t_stats.items() if k in r_stats}
@@ -520,9 +555,9 @@ def _compare_entry(ref: Dump, test: Dump, fp64: Dump | None, entry: dict[str, An
         elif name not in t_stats:
             results[name] = _fail(name, "only in the reference dump")
         elif stats_only or name not in t_data or name not in r_data:
-            results[name] = compare_stats(name, t_stats[name], r_stats[name], f_stats.get(name))
+            results[name] = compare_stats(name, t_stats[name], r_stats[name], f_stats.get(name), precision)
         else:
-            results[name] = compare_full(name, t_data[name], r_data[name], f_data.get(name))
+            results[name] = compare_full(name, t_data[name], r_data[name], f_data.get(name), precision)
     return EntryComparison(module=entry["module"], ref_module=pair[0], cls=str(entry.get("class", "")),
                            step=int(entry["step"]), call=int(entry["call"]), direction=entry["direction"],
                            alignment=pair[1], tensors=results, test_stats=t_stats, ref_stats=r_stats)
@@ -539,13 +574,14 @@ def compare_runs(ref: str | Path | Dump, test: str | Path | Dump,
     alignment = align_modules(ref_d, test_d)
     stats_only = ref_d.stats_only or test_d.stats_only
     unmatched: list[dict[str, Any]] = []
-    forward = _compare_entries(ref_d, test_d, fp64_d, "forward", alignment, stats_only, unmatched)
-    backward = _compare_entries(ref_d, test_d, fp64_d, "backward", alignment, stats_only, unmatched)
+    precision = _precision(ref_d, test_d)
+    forward = _compare_entries(ref_d, test_d, fp64_d, "forward", alignment, stats_only, unmatched, precision)
+    backward = _compare_entries(ref_d, test_d, fp64_d, "backward", alignment, stats_only, unmatched, precision)
     steps = sorted(set(ref_d.steps) & set(test_d.steps)) or sorted({e.step for e in forward + backward})
     return RunComparison(ref_path=str(ref_d.path), test_path=str(test_d.path),
                          fp64_path=str(fp64_d.path) if fp64_d is not None else None, stats_only=stats_only,
                          steps=steps, alignment=alignment, forward=forward, backward=backward,
                          unmatched_entries=unmatched, modules=dict(test_d.modules),
-                         fixed_input=_compare_fixed(ref_d, test_d, fp64_d, alignment, stats_only),
+                         fixed_input=_compare_fixed(ref_d, test_d, fp64_d, alignment, stats_only, precision),
                          fixed_input_reference=test_d.fixed_input_reference,
                          fixed_input_failures=test_d.fixed_input_failures)

@@ -410,3 +410,26 @@ def test_real_ddp_wrapper_aligns_every_module(tmp_path: Path) -> None:
     assert a.wrappers_test == [""] and a.unaligned_ref == [] and a.unaligned_test == []
     assert a.pairs["module.layers.2.0"] == ("layers.2.0", "wrapper") and len(a.pairs) == 14
     assert not result.unmatched_entries and result.summary() == "no divergence in 1 steps"
+
+
+def test_bf16_llama_against_fp32_with_fp64_run(tmp_path: Path) -> None:
+    """A bf16 Llama on dipu against fp32 on the CPU with an fp64 run: no divergence, the float32 loss (computed
+    from bf16 logits) included; the precision of the bf16 run is named in the message."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def run(device: str, dtype: torch.dtype, out: Path) -> Path:
+        model = seeded(LlamaForCausalLM, config).to(device, dtype)
+        with ModuleDump(model, out) as dump:
+            model(input_ids=ids.to(device), labels=ids.to(device)).loss.backward()
+            dump.step()
+        return out
+
+    result = compare_runs(run("cpu", torch.float32, tmp_path / "ref"), run("dipu", torch.bfloat16, tmp_path / "test"),
+                          fp64=run("cpu", torch.float64, tmp_path / "fp64"))
+    assert result.summary() == "no divergence in 1 steps"
+    loss = next(e for e in result.forward if e.module == "").tensors["output.0"]
+    assert "a bfloat16 run: judged at its tolerance" in loss.message
