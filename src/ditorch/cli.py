@@ -146,6 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     compare_command.build_parser(p)
     p.set_defaults(handler=compare_command.handle)
 
+    from module_tools import parity_command
+
+    p = commands.add_parser(
+        "parity",
+        help="does the script train the same on this device? run it on the CPU and on the device, compare modules",
+        usage="%(prog)s [--steps N] [--out DIR] [--stats-only] [--reference DIR] -- script.py [args ...]",
+        description="Run the unmodified script twice with the same seeds, on the CPU (cuda mapped to the CPU) and "
+                    "on the device (random calls drawn from the CPU generator), dump both for N steps with "
+                    "ModuleDump and print 'no divergence in N steps' or the first divergent module; exit 0 none, "
+                    "1 divergence, 2 a run failed or nothing aligns (docs/module_tools.md).",
+    )
+    parity_command.parser(p)
+    p.set_defaults(handler=parity_command.handle)
+
     from diopi.conformance import cli as conformance
 
     p = commands.add_parser(

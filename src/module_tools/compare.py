@@ -414,7 +414,7 @@ class RunComparison:
                      f"its submodules)") if seen else f"tensor {d['tensor']}"
             lines.append(f"first divergence ({direction}): step {d['step']}, module {d['module'] or '<root>'!r} "
                          f"({d['class']}) call {d['call']}, {where}: {d['message']}{mode}")
-            if direction == "backward" and first["forward"] is not None:
+            if direction == "backward" and first["forward"] is not None and first["forward"]["step"] <= d["step"]:
                 lines[-1] += " (after the forward divergence: may be inherited from it)"
         return "\n".join([*lines, *self._fixed_input_lines()])
 

@@ -17,10 +17,11 @@ from op_tools.features import apply_feature, register_feature
 from op_tools.observe import OpObserve
 from op_tools.overflow import OpOverflowCheck
 from op_tools.profiler_ranges import OpProfilerRanges
+from op_tools.random_on_cpu import OpRandomOnCPU
 from op_tools.steps import current_step, next_step
 from op_tools.time_measure import OpTimeMeasure
 from op_tools.tool import OpTool
 
 __all__ = ["OpAutoCompare", "OpCapture", "OpDtypeCast", "OpFallback", "OpObserve", "OpOverflowCheck",
-           "OpProfilerRanges", "OpTimeMeasure", "OpTool", "apply_feature", "current_step", "next_step",
+           "OpProfilerRanges", "OpRandomOnCPU", "OpTimeMeasure", "OpTool", "apply_feature", "current_step", "next_step",
            "register_feature"]

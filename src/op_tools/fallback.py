@@ -74,7 +74,9 @@ class OpFallback(ResultsTool):
     ``OP_FALLBACK_DISABLE_LIST``], ``retry_float32`` [``OP_FALLBACK_RETRY_FLOAT32``]: when the CPU run
     fails and an input is float16/bfloat16, run again with those inputs in float32 and cast the results
     back; ``device`` [``OP_TOOLS_DEVICE``], ``steps``, ``results_dir`` [``OP_TOOLS_RESULTS_DIR``],
-    ``run_id`` [``OP_TOOLS_RUN_ID``]. :attr:`results` holds one row per call run on the CPU.
+    ``run_id`` [``OP_TOOLS_RUN_ID``]; ``random_generator``: ``"device"`` (default) makes random calls draw from
+    the device's generator, ``"cpu"`` from the CPU's (as a CPU run of the same code would). :attr:`results`
+    holds one row per call run on the CPU.
     """
 
     env_prefix = "OP_FALLBACK"
@@ -83,7 +85,11 @@ class OpFallback(ResultsTool):
 
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None, retry_float32: bool | None = None,
-                 results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
+                 results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None,
+                 random_generator: str = "device") -> None:
+        if random_generator not in ("device", "cpu"):
+            raise ValueError(f"random_generator: expected 'device' or 'cpu', got {random_generator!r}")
+        self.random_generator = random_generator
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
                          run_id=run_id)
         self._explicit_retry_float32 = retry_float32
@@ -193,7 +199,7 @@ class OpFallback(ResultsTool):
         """Run on the CPU copies: the output (``sub.written``: the copies it wrote), or ``_ON_DEVICE`` when
         the call only made a view or changed a tensor's metadata."""
         def on_cpu(*a: Any, **k: Any) -> Any:
-            if call.random:
+            if call.random and self.random_generator == "device":
                 with _RandomFromDevice(target):
                     return func(*a, **k)
             return func(*a, **k)

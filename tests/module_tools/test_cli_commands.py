@@ -40,3 +40,19 @@ def test_dump_modules_then_compare_runs(tmp_path, capsys):
     assert (divergence["backward"]["step"], divergence["backward"]["tensor"]) == (0, "grad_output.0")
     assert (divergence["forward"]["step"], divergence["forward"]["tensor"]) == (1, "param.weight")
     assert cli.main(["compare-runs", str(tmp_path / "ref"), str(tmp_path / "missing")]) == 2
+
+
+def test_dump_modules_fixed_input_and_stop_after(tmp_path, capsys):
+    """``--fixed-input``: the 'other' run (its loss scaled after the model) replayed on the reference: every module
+    is clean on its own; ``--stop-after 1`` ends the script after one step."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    assert cli.main(["dump-modules", "--out", str(tmp_path / "ref"), "--", str(script), "1.0"]) == 0
+    assert cli.main(["dump-modules", "--out", str(tmp_path / "other"), "--fixed-input", str(tmp_path / "ref"),
+                     "--stop-after", "1", "--", str(script), "1.5"]) == 0
+    index = json.loads((tmp_path / "other" / "rank0" / "index.json").read_text())
+    assert index["steps"] == [0] and index["fixed_input"]["failed"] == []
+    capsys.readouterr()
+    assert cli.main(["compare-runs", str(tmp_path / "ref"), str(tmp_path / "other")]) == 1
+    out = capsys.readouterr().out
+    assert "fixed input (" in out and "every module is clean on its own" in out

@@ -1,0 +1,211 @@
+"""``ditorch parity``: does a script train the same on this device as on the CPU?
+
+:func:`run_parity` runs the unmodified script twice, each in a fresh interpreter (``sys.executable``):
+
+- the **reference run** on the CPU, with ditorch's cuda mapping pointed at the CPU (``DITORCH_VENDOR=cpu``), so
+  CUDA-written code (``.cuda()``, ``device="cuda"``) runs there unchanged;
+- the **device run** with ditorch and the present vendor, under :class:`op_tools.random_on_cpu.OpRandomOnCPU`:
+  every random call (dropout, ``rand*``, ``normal_``, attention dropout, random factories with ``device=``)
+  draws from the CPU generator and its result moves to the device, so both runs see the same masks.
+
+Both start from the same seeds (:data:`SEED` for torch, ``random`` and numpy; the script's own seeding still
+applies), both are dumped with :class:`~module_tools.dump.ModuleDump` (the model found as
+``ditorch dump-modules`` finds it) for steps ``0..N-1`` and ended at the N-th ``optimizer.step()``; then
+:func:`~module_tools.compare.compare_runs` names the first divergence. The output folder holds ``ref/``,
+``test/``, ``ref.log``, ``test.log``, ``report.html`` and ``report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diopi.case_format import atomic_open
+
+__all__ = ["DEFAULT_STEPS", "SEED", "ParityResult", "run_parity"]
+
+#: Steps compared when none are asked for: two, so that a difference in the optimizer's update shows in the
+#: second step's forward.
+DEFAULT_STEPS = 2
+#: The seed of torch, ``random`` and numpy in both runs before the script starts.
+SEED = 0
+_RUN_NAMES = {"ref": "reference run (CPU)", "test": "device run"}
+_TAIL_LINES = 15
+
+
+@dataclass
+class ParityResult:
+    """What :func:`run_parity` found: ``status`` 0 (no divergence), 1 (a divergence) or 2 (a run failed,
+    nothing aligns); ``lines`` what it printed; ``comparison`` the :class:`~module_tools.compare.RunComparison`
+    (None when status is 2)."""
+
+    status: int
+    lines: list[str]
+    out: Path
+    comparison: Any = None
+    failed_run: str | None = None
+
+    @property
+    def html(self) -> Path:
+        return self.out / "report.html"
+
+    @property
+    def json(self) -> Path:
+        return self.out / "report.json"
+
+
+def _child_env(run: str, env: Mapping[str, str] | None) -> dict[str, str]:
+    base = dict(os.environ if env is None else env)
+    base = {k: v for k, v in base.items() if not k.startswith("MODULE_DUMP_")}
+    if run == "ref":
+        base["DITORCH_VENDOR"] = "cpu"
+    return base
+
+
+def _run_child(run: str, script: str, args: Sequence[str], steps: int, out: Path, stats_only: bool,
+               random_on_cpu: bool, env: Mapping[str, str] | None, fixed_input: Path | None = None) -> tuple[int, str]:
+    """One run in a fresh interpreter; its exit status and the tail of its stderr (output in ``<run>.log``)."""
+    command = [sys.executable, "-m", "module_tools.parity", "--child", run, "--steps", str(steps),
+               "--out", str(out / run)]
+    command += ["--stats-only"] * stats_only + ["--no-random-on-cpu"] * (not random_on_cpu)
+    command += ["--fixed-input", str(fixed_input)] if fixed_input is not None else []
+    proc = subprocess.run([*command, "--", script, *args], env=_child_env(run, env), capture_output=True, text=True)
+    with atomic_open(out / f"{run}.log", "w", encoding="utf-8") as f:
+        f.write(proc.stdout + proc.stderr)
+    return proc.returncode, "\n".join(proc.stderr.strip().splitlines()[-_TAIL_LINES:])
+
+
+def run_parity(script: str, args: Sequence[str] = (), steps: int = DEFAULT_STEPS, out: str | os.PathLike[str] =
+               "parity", stats_only: bool = False, reference: str | os.PathLike[str] | None = None,
+               random_on_cpu: bool = True, env: Mapping[str, str] | None = None,
+               fixed_input: bool = False) -> ParityResult:
+    """Run ``script args`` on the CPU and on the device for ``steps`` steps, compare the two module dumps and
+    return the verdict. ``reference``: an existing reference dump (a ``ref/`` folder of an earlier parity run)
+    to compare with instead of running the reference again. ``random_on_cpu=False`` lets the device run draw
+    from the device's generator (to see what the mechanism is for). ``env``: the runs' environment (default
+    this process's). ``fixed_input``: the device run also replays every call on the reference run's inputs
+    (fixed-input mode; the reference dump must be full), so the report names each module's own error."""
+    from .compare import compare_runs
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not os.path.isfile(script):
+        return ParityResult(2, [f"ditorch parity: no such script: {script}"], out_dir)
+    runs = ["test"] if reference is not None else ["ref", "test"]
+    ref_dir = Path(reference) if reference is not None else out_dir / "ref"
+    if fixed_input and stats_only and reference is None:
+        return ParityResult(2, ["ditorch parity: --fixed-input replays the reference run's inputs and needs full "
+                                "dumps; drop --stats-only"], out_dir)
+    for run in runs:
+        shutil.rmtree(out_dir / run, ignore_errors=True)
+        replay = ref_dir if fixed_input and run == "test" else None
+        status, tail = _run_child(run, script, args, steps, out_dir, stats_only, random_on_cpu, env, replay)
+        if status != 0:
+            lines = [f"ditorch parity: the {_RUN_NAMES[run]} failed (exit status {status}); the end of its "
+                     f"stderr ({out_dir / f'{run}.log'} has it all):", tail]
+            return ParityResult(2, lines, out_dir, failed_run=run)
+    try:
+        comparison = compare_runs(ref_dir, out_dir / "test")
+    except ValueError as exc:  # nothing aligns, a missing or damaged dump
+        return ParityResult(2, [f"ditorch parity: {exc}"], out_dir)
+    result = ParityResult(1 if comparison.diverged else 0, [comparison.summary()], out_dir, comparison)
+    comparison.write_json(result.json)
+    comparison.write_html(result.html)
+    result.lines += [f"HTML report: {result.html}", f"JSON: {result.json}"]
+    return result
+
+
+# -- the child: one run ----------------------------------------------------------------------------------------
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
+def _map_cuda_to_cpu() -> None:
+    """Point ditorch's cuda mapping at the CPU: ``torch.cuda`` answers for the CPU, ``"cuda"`` means ``"cpu"``;
+    seeding and the random state are the CPU generator's."""
+    import torch
+
+    from ditorch import mocking
+    from ditorch.adapters.base import Adapter
+
+    shim = types.ModuleType("ditorch_cpu_as_cuda")
+    shim.__dict__.update({k: v for k, v in vars(torch.cpu).items() if not k.startswith("__")})
+
+    def nothing(*_: Any, **__: Any) -> None:
+        return None
+
+    shim.__dict__.update(
+        manual_seed=nothing, manual_seed_all=nothing, seed=nothing, seed_all=nothing, empty_cache=nothing,
+        initial_seed=torch.initial_seed, get_rng_state=lambda device=None: torch.get_rng_state(),
+        set_rng_state=lambda state, device=None: torch.set_rng_state(state), is_available=lambda: True,
+        device_count=lambda: 1, current_device=lambda: 0)
+
+    class _CpuAsCuda(Adapter):
+        def device_module(self) -> types.ModuleType:
+            return shim
+
+    mocking.install(_CpuAsCuda(name="cpu", framework="torch", device_type="cpu", dist_backend="gloo"))
+
+
+def _child(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m module_tools.parity")
+    p.add_argument("--child", choices=sorted(_RUN_NAMES), required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--stats-only", action="store_true")
+    p.add_argument("--no-random-on-cpu", action="store_true")
+    p.add_argument("--fixed-input", default=None)
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    import ditorch  # noqa: F401  (the vendor adapter and the cuda mapping)
+
+    from .dump_command import run_dumped
+
+    tools: list[Any] = []
+    if a.child == "ref":
+        _map_cuda_to_cpu()
+    else:
+        from op_tools.tool import active_device_type
+
+        if active_device_type() == "cpu":
+            print("ditorch parity: no accelerator; the device run runs on the CPU too", file=sys.stderr)
+        elif not a.no_random_on_cpu:
+            from op_tools.random_on_cpu import OpRandomOnCPU
+
+            tools.append(OpRandomOnCPU(results_dir=str(Path(a.out).parent / "op_tools")).start())
+    _seed_everything(SEED)
+    script_args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    try:
+        status, dump = run_dumped(a.script, script_args, a.out, stats_only=a.stats_only, steps=range(a.steps),
+                                  stop_after=a.steps, fixed_input=a.fixed_input)
+    finally:
+        for tool in tools:
+            tool.stop()
+    if status == 0 and dump is None:
+        print("ditorch parity: the script called no module with parameters; nothing dumped", file=sys.stderr)
+        return 3
+    return status
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        sys.exit(_child(sys.argv[1:]))
+    sys.exit("usage: ditorch parity [--steps N] [--out DIR] [--stats-only] -- script.py [args ...]")

@@ -1,0 +1,53 @@
+"""``ditorch parity [--steps N] [--out DIR] [--stats-only] [--reference DIR] -- script.py args``: run a script on
+the CPU and on the device with the same seeds and random numbers, and name the first module where they part."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from op_tools.config import int_at_least
+
+from .parity import DEFAULT_STEPS, SEED
+
+__all__ = ["handle", "main", "parser"]
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The command's arguments (added to ``p`` when given)."""
+    p = p or argparse.ArgumentParser(prog="ditorch parity",
+                                     description="Does the script train the same on this device as on the CPU?")
+    p.add_argument("--steps", type=int_at_least(1), default=DEFAULT_STEPS,
+                   help=f"steps to run and compare; each run ends at the N-th optimizer.step() (default "
+                        f"{DEFAULT_STEPS})")
+    p.add_argument("--out", default="parity", help="output folder: ref/, test/, report.html, report.json "
+                                                   "(default parity)")
+    p.add_argument("--stats-only", action="store_true", help="dump and compare statistics only")
+    p.add_argument("--reference", metavar="DIR", default=None,
+                   help="compare with this reference dump (ref/ of an earlier parity run) instead of running "
+                        "the reference again")
+    p.add_argument("--fixed-input", action="store_true",
+                   help="the device run also replays each call on the reference run's inputs, to name each "
+                        "module's own error (costs a second run of every call)")
+    p.add_argument("script", help=f"the Python script to run (both runs seeded with {SEED} first)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ditorch parity``: see :func:`handle`."""
+    return handle(parser().parse_args(list(argv) if argv is not None else None))
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Print "no divergence in N steps" (exit 0) or the first divergence (exit 1) and the reports' paths;
+    exit 2 when a run fails (naming it, with the end of its stderr) or nothing aligns."""
+    from .parity import run_parity
+
+    script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    result = run_parity(args.script, script_args, steps=args.steps, out=args.out, stats_only=args.stats_only,
+                        reference=args.reference, fixed_input=args.fixed_input)
+    for line in result.lines:
+        print(line, file=sys.stdout if result.status < 2 else sys.stderr)
+    return result.status
