@@ -1,15 +1,19 @@
 """``ModuleDump``: record every module call of a model, forward and backward, in the module dump format.
 
 The format (``ditorch.module_dump/1``) is described in docs/module_tools.md ("Dump format"). Tensors are
-detached host copies taken when the hook runs, so a later in-place change does not alter the dump; the
+detached host copies taken when the hook runs, so a later in-place change does not alter the dump (statistics
+only: the tensors are reduced when the hook runs, by op_tools' statistics path, and read at the step's end); the
 hooks never change a tensor the model sees, so training is bitwise the same with and without a dump.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
+import time
+import weakref
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
@@ -19,15 +23,20 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 from torch.utils.hooks import RemovableHandle
 
-from diopi.case_format import library_versions, write_json, write_tensors
+from diopi.case_format import atomic_open, library_versions, write_tensors
 from diopi.result_table import process_rank, process_world_size
+from op_tools import deferred_stats
+from op_tools.tensor_stats import tensor_stats as host_stats
 
 from .config import StepSet, parse_steps
 
-__all__ = ["FORMAT", "ModuleDump", "flatten_tensors", "tensor_stats"]
+__all__ = ["FORMAT", "ModuleDump", "flatten_tensors"]
 
 FORMAT = "ditorch.module_dump/1"
 _MAX_DEPTH = 8
+#: Seconds between two rewrites of ``index.json`` at step ends (it is always written at ``stop()`` and after the
+#: last step to record): rewriting it every step costs more than the statistics of a small model's step.
+INDEX_INTERVAL_S = 2.0
 
 
 def flatten_tensors(value: Any, depth: int = 0) -> list[torch.Tensor | None]:
@@ -51,29 +60,49 @@ def flatten_tensors(value: Any, depth: int = 0) -> list[torch.Tensor | None]:
     return out
 
 
-def _number(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+_SUMS = ("mean", "std", "norm")  # min and max are over finite elements; these may overflow
 
 
-def tensor_stats(t: torch.Tensor) -> dict[str, Any]:
-    """Statistics of a host tensor, in float64: min, max, mean and norm over the finite elements, NaN and Inf
-    counts (None where no element is finite); only dtype, shape and numel for a non-floating tensor."""
-    stats: dict[str, Any] = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                             "numel": t.numel()}
-    if not (t.is_floating_point() or t.is_complex()):
+def _finite(stats: dict[str, Any]) -> dict[str, Any]:
+    """``stats`` with None for a non-finite number (a norm that overflowed float64, say): JSON has none."""
+    if all(not isinstance(v, float) or math.isfinite(v) for v in (stats.get(k) for k in _SUMS)):
         return stats
-    wide = (t.abs() if t.is_complex() else t).to(torch.float64).reshape(-1)
-    finite = torch.isfinite(wide)
-    nan = int(torch.isnan(wide).sum())
-    inf = int(finite.numel() - int(finite.sum()) - nan)
-    if nan or inf:
-        wide = wide[finite]
-    if wide.numel():
-        stats.update(min=_number(float(wide.min())), max=_number(float(wide.max())),
-                     mean=_number(float(wide.mean())), norm=_number(float(torch.linalg.vector_norm(wide))))
-    else:
-        stats.update(min=None, max=None, mean=None, norm=None)
-    stats.update(nan=nan, inf=inf)
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in stats.items()}
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _describe(t: torch.Tensor) -> dict[str, Any]:
+    """dtype, shape and numel of ``t``: the statistics of a non-floating tensor, the start of the others'."""
+    name = _DTYPE_NAMES.get(t.dtype)
+    if name is None:
+        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
+    return {"dtype": name, "shape": list(t.shape), "numel": t.numel()}
+
+
+def _floating(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _stats(tensors: dict[str, torch.Tensor], defer: bool) -> dict[str, dict[str, Any]]:
+    """Statistics of ``tensors`` by op_tools' statistics path (:mod:`op_tools.deferred_stats`): min, max, mean,
+    std and norm over the finite elements, NaN and Inf counts, of every floating tensor, all reduced by one call
+    where they are, from their values now. With ``defer`` the numbers of device tensors arrive at the next
+    ``deferred_stats.resolve()``; host tensors get theirs at once."""
+    stats = {name: _describe(t) for name, t in tensors.items()}
+    names = []
+    for name, t in tensors.items():
+        if not _floating(t):
+            continue
+        if t.device.type == "cpu":  # the CPU kernel of op_tools::tensor_stats, without the dispatch
+            stats[name].update(host_stats(t))
+        else:
+            names.append(name)
+    if names:
+        deferred_stats.defer([tensors[name] for name in names], [stats[name] for name in names])
+        if not defer:
+            deferred_stats.resolve()
     return stats
 
 
@@ -106,10 +135,31 @@ class _Entry:
     dir: str | None = None
     written: bool = False
     fixed: bool = False  # a fixed-input replay's results (module_tools.fixed_input)
+    text: str | None = None  # record() as JSON, once the step is written (index.json is rewritten every step)
 
     def record(self) -> dict[str, Any]:
+        tensors = {name: _finite(stats) for name, stats in self.stats.items()}
         return {"module": self.module, "class": self.cls, "step": self.step, "call": self.call,
-                "direction": self.direction, "dir": self.dir, "tensors": self.stats}
+                "direction": self.direction, "dir": self.dir, "tensors": tensors}
+
+    def json_text(self) -> str:
+        if self.text is None:
+            self.text = json.dumps(self.record(), allow_nan=False)
+        return self.text
+
+
+class _Records(list):
+    """Entries that :func:`_index_text` writes as a JSON list of their records, each encoded once."""
+
+
+def _index_text(value: Any) -> str:
+    """``value`` as compact JSON, as ``json.dumps(allow_nan=False)`` would write it with each
+    :class:`_Records` list replaced by its entries' records."""
+    if isinstance(value, _Records):
+        return "[" + ", ".join(e.json_text() for e in value) + "]"
+    if isinstance(value, dict) and any(isinstance(v, (_Records, dict)) for v in value.values()):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_index_text(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, allow_nan=False)
 
 
 @dataclasses.dataclass
@@ -122,6 +172,8 @@ class _BackwardCall:
     expected: int = 0
     n_inputs: int = 0
     done: bool = False
+    parts: dict[int, int] = dataclasses.field(default_factory=dict)  # input index -> gradient parts still to come
+    sums: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # partial sums of those gradients
 
 
 class ModuleDump:
@@ -138,8 +190,9 @@ class ModuleDump:
     ``optimizer.step()`` (or pass ``step_on_optimizer=True`` to count every ``optimizer.step()`` as the end of
     a step).
 
-    Use as a context manager, or with :meth:`start` / :meth:`stop`. ``index.json`` is rewritten at the end of
-    every recorded step and at :meth:`stop`.
+    Use as a context manager, or with :meth:`start` / :meth:`stop`. ``index.json`` is rewritten at :meth:`stop`,
+    after the last step to record, and at the end of a recorded step when :data:`INDEX_INTERVAL_S` seconds have
+    passed since it was last written.
     """
 
     def __init__(self, model: torch.nn.Module, out_dir: str | Path, stats_only: bool = False,
@@ -168,6 +221,8 @@ class ModuleDump:
         self._device = "cpu"
         self._watching: list[_BackwardCall] = []
         self._failed = False
+        self._index_written = 0.0
+        self._seen: dict[int, tuple[weakref.ref, int, dict[str, Any]]] = {}  # id -> statistics, this step
         self._fixed: list[_Entry] = []
         self._fixed_input = fixed_input
         self._replay: Any = None
@@ -225,7 +280,9 @@ class ModuleDump:
         """End the current step (call it after ``optimizer.step()``); returns the new step number."""
         if self._active:
             self._finish_step()
-            self._write_index()
+            if (self.steps.done_after(self.current_step)
+                    or time.monotonic() - self._index_written >= INDEX_INTERVAL_S):
+                self._write_index()
         self.current_step += 1
         self._active = self._running and self.current_step in self.steps
         return self.current_step
@@ -248,10 +305,11 @@ class ModuleDump:
             if self._replay is not None:
                 self._replay.before(module, path, self.current_step, call, args, kwargs)
             inputs = flatten_tensors((args, kwargs))
-            for i, t in enumerate(inputs):
-                entry.tensors[f"input.{i}"] = _host_copy(t)  # type: ignore[arg-type]
-            for name, param in module.named_parameters(recurse=False):
-                entry.tensors[f"param.{name}"] = _host_copy(param)
+            tensors = {f"input.{i}": t for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+            for name, param in module._parameters.items():  # named_parameters(recurse=False), cheaper
+                if param is not None:
+                    tensors[f"param.{name}"] = param
+            self._keep(entry, tensors)
             self._forward.append(entry)
             edges: dict[tuple[int, int], tuple[Any, list[int]]] = {}
             if torch.is_grad_enabled():
@@ -273,8 +331,7 @@ class ModuleDump:
         entry, n_inputs, edges = stack.pop()
         try:
             outputs = flatten_tensors(output)
-            for i, t in enumerate(outputs):
-                entry.tensors[f"output.{i}"] = _host_copy(t)  # type: ignore[arg-type]
+            self._keep(entry, {f"output.{i}": t for i, t in enumerate(outputs) if isinstance(t, torch.Tensor)})
             self._write_entry(entry)
             if torch.is_grad_enabled():
                 self._watch_backward(entry, n_inputs, edges, outputs)
@@ -333,6 +390,8 @@ class ModuleDump:
                 if hit is not None:
                     node.register_hook(partial(self._input_grad_hook, state, k, hit[1]))
                     state.expected += 1
+                    for i in hit[1]:
+                        state.parts[i] = state.parts.get(i, 0) + 1
                 elif id(nxt) not in seen and _sequence_nr(nxt) > bound and nxt.next_functions:
                     roots.append(nxt)
         state.n_inputs = n_inputs
@@ -341,7 +400,7 @@ class ModuleDump:
         if not self._active or state.entry.step != self.current_step:
             return
         try:
-            state.entry.tensors[f"grad_output.{index}"] = _host_copy(grad)
+            self._keep(state.entry, {f"grad_output.{index}": grad})
             state.outputs_seen += 1
             if not state.expected and state.outputs_seen >= state.outputs:
                 self._finish_backward(state)
@@ -355,11 +414,16 @@ class ModuleDump:
         try:
             grad = grad_inputs[k] if k < len(grad_inputs) else None
             if isinstance(grad, torch.Tensor):
-                host = _host_copy(grad)
-                for i in indices:
+                grad = grad.detach()
+                for i in indices:  # one node's gradient may feed several inputs, and several nodes one input
                     name = f"grad_input.{i}"
-                    old = state.entry.tensors.get(name)
-                    state.entry.tensors[name] = host if old is None else old + host
+                    left = state.parts.get(i, 1) - 1
+                    state.parts[i] = left
+                    old = state.sums.pop(name, None)
+                    if left > 0:  # more parts to come: their sum, where the gradients are
+                        state.sums[name] = grad.clone() if old is None else old + grad
+                    else:
+                        self._keep(state.entry, {name: grad if old is None else old + grad})
             state.expected -= 1
             if state.expected <= 0:
                 self._finish_backward(state)
@@ -371,14 +435,21 @@ class ModuleDump:
             return
         state.done = True
         entry = state.entry
+        if state.sums:  # an input whose gradient did not arrive in full
+            self._keep(entry, state.sums)
+            state.sums = {}
         entry.tensors = dict(sorted(entry.tensors.items(), key=_tensor_order))
+        entry.stats = dict(sorted(entry.stats.items(), key=_tensor_order))
         self._backward.append(entry)
 
     def _grad_hook(self, param: torch.Tensor) -> None:
         if not self._active or param.grad is None:
             return
         try:
-            self._param_grads[id(param)] = _host_copy(param.grad)
+            if self.stats_only:
+                self._param_grads[id(param)] = _stats({"grad": param.grad}, defer=True)["grad"]
+            else:
+                self._param_grads[id(param)] = _host_copy(param.grad)
         except Exception as exc:  # noqa: BLE001
             self._fail("gradient hook", exc)
 
@@ -394,11 +465,14 @@ class ModuleDump:
                     entry = _Entry(path, self._modules.get(path, "?"), self.current_step, 0, "backward")
                     self._backward.append(entry)
                     last[path] = entry
-                entry.tensors[f"grad_param.{name}"] = grad
+                if isinstance(grad, torch.Tensor):
+                    entry.tensors[f"grad_param.{name}"] = grad
+                else:
+                    entry.stats[f"grad_param.{name}"] = grad
         self._param_grads.clear()
 
     def _write_entry(self, entry: _Entry) -> None:
-        entry.stats = {name: tensor_stats(t) for name, t in entry.tensors.items() if t is not None}
+        entry.stats.update(_stats({k: v for k, v in entry.tensors.items() if v is not None}, defer=True))
         if not self.stats_only and self.rank_dir is not None:
             folder = entry.module or "_root"
             kind = f"fixed_{entry.direction}" if entry.fixed else entry.direction
@@ -410,9 +484,26 @@ class ModuleDump:
         entry.tensors = {}
         entry.written = True
 
+    def _keep(self, entry: _Entry, tensors: dict[str, torch.Tensor]) -> None:
+        """Record ``tensors`` of ``entry`` as they are now: host copies in a full dump; with ``stats_only``
+        their statistics, reduced now where they are and read at the step's end (no copy)."""
+        if self.stats_only:  # a tensor met again unchanged in this step (same object, same version) is reduced once
+            fresh = {}
+            for name, t in tensors.items():
+                seen = self._seen.get(id(t))
+                if seen is None or seen[0]() is not t or seen[1] != t._version:
+                    fresh[name] = t
+            stats = _stats(fresh, defer=True)
+            for name, t in fresh.items():
+                self._seen[id(t)] = (weakref.ref(t), t._version, stats[name])
+            entry.stats.update({name: stats[name] if name in stats else self._seen[id(t)][2]
+                                for name, t in tensors.items()})
+        else:
+            entry.tensors.update({k: _host_copy(t) for k, t in tensors.items()})
+
     def _finish_step(self) -> None:
         for state in self._watching:  # calls whose backward did not complete (an unused output, say)
-            if not state.done and state.entry.tensors:
+            if not state.done and (state.entry.tensors or state.entry.stats or state.sums):
                 self._finish_backward(state)
         self._watching = []
         try:
@@ -423,6 +514,7 @@ class ModuleDump:
             for entry in self._backward:
                 if not entry.written:
                     self._write_entry(entry)
+            deferred_stats.resolve()
         except Exception as exc:  # noqa: BLE001
             self._fail("writing", exc)
         if (self._forward or self._backward) and self.current_step not in self._recorded_steps:
@@ -433,20 +525,23 @@ class ModuleDump:
         self._forward, self._backward, self._fixed = [], [], []
         self._calls.clear()
         self._open.clear()
+        self._seen.clear()
 
     def _write_index(self) -> None:
         if self.rank_dir is None:
             return
+        self._index_written = time.monotonic()
         entries = self._pending
         index = {"format": FORMAT, "stats_only": self.stats_only, "rank": process_rank(),
                  "world_size": process_world_size(), "root": type(self.model).__name__, "device": self._device,
                  "steps": list(self._recorded_steps), "versions": library_versions(), "modules": self._modules,
-                 "forward": [e.record() for e in entries if e.direction == "forward" and not e.fixed],
-                 "backward": [e.record() for e in entries if e.direction == "backward" and not e.fixed]}
+                 "forward": _Records(e for e in entries if e.direction == "forward" and not e.fixed),
+                 "backward": _Records(e for e in entries if e.direction == "backward" and not e.fixed)}
         if self._replay is not None:
             index["fixed_input"] = {"reference": str(self._replay.ref.path), "failed": self._replay.failures,
-                                    "entries": [e.record() for e in entries if e.fixed]}
+                                    "entries": _Records(e for e in entries if e.fixed)}
         try:
-            write_json(self.rank_dir / "index.json", index)
+            with atomic_open(self.rank_dir / "index.json", "w", encoding="utf-8") as f:
+                f.write(_index_text(index))
         except Exception as exc:  # noqa: BLE001
             self._fail("writing the index", exc)

@@ -164,6 +164,110 @@ def test_stats_only_and_steps(tmp_path: Path) -> None:
         d.tensors(d.forward[0])
 
 
+class TwoPaths(torch.nn.Module):
+    """Its input reaches the output by two nodes of one call: the input's gradient is the sum of two parts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * x + x.sin()
+
+
+def _stats_run(device: str, stats_only: bool, out: Path) -> tuple[list[torch.Tensor], dict]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Shared(), torch.nn.Linear(3, 6), TwoPaths()).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(1)
+    with ModuleDump(model, out, stats_only=stats_only) as dump:
+        for _ in range(2):
+            x = torch.randn(5, 6, generator=gen).to(device).requires_grad_()
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            dump.step()
+    return [p.detach().cpu() for p in model.parameters()], load_dump(out).index
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stats_only_matches_float64_statistics_of_the_full_dump(tmp_path: Path, device: str) -> None:
+    from diopi.compare import Verdict
+    from module_tools.compare import compare_stats
+    from op_tools.tensor_stats import tensor_stats
+
+    plain = _model(device)
+    want = _train(plain, device)
+    params, stats = _stats_run(device, True, tmp_path / "stats")
+    full_params, _ = _stats_run(device, False, tmp_path / "full")
+    assert all(torch.equal(a, b) for a, b in zip(params, full_params, strict=True))  # training bitwise unchanged
+    model = _model(device)
+    with ModuleDump(model, tmp_path / "shared", stats_only=True) as dump:
+        got = _train(model, device, dump=dump)
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    assert all(torch.equal(p.detach().cpu(), q.detach().cpu())
+               for p, q in zip(plain.parameters(), model.parameters(), strict=True))
+    full = load_dump(tmp_path / "full")
+    checked = 0
+    for direction in ("forward", "backward"):
+        assert [(e["module"], e["step"], e["call"]) for e in stats[direction]] == \
+            [(e["module"], e["step"], e["call"]) for e in full.index[direction]]
+        for entry, ref in zip(stats[direction], full.index[direction], strict=True):
+            tensors = full.tensors(ref)
+            assert list(entry["tensors"]) == list(tensors)
+            for name, t in tensors.items():
+                got_stats = entry["tensors"][name]
+                assert got_stats["shape"] == list(t.shape) and got_stats["dtype"] == "float32"
+                wide = {"dtype": "float32", "shape": list(t.shape), **tensor_stats(t.double())}
+                result = compare_stats(name, got_stats, wide)
+                assert result.verdict == Verdict.PASS, (entry["module"], name, result.message)
+                checked += 1
+    assert checked > 100
+    # TwoPaths' grad_input.0 is the sum of both parts: the gradient of its input, replayed on the host
+    fwd = full.tensors(next(e for e in full.forward if e["module"] == "2.lin" and e["step"] == 1))
+    bwd = full.tensors(next(e for e in full.backward if e["module"] == "2" and e["step"] == 1))
+    lin = torch.nn.Linear(6, 6)
+    with torch.no_grad():
+        lin.weight.copy_(fwd["param.weight"])
+        lin.bias.copy_(fwd["param.bias"])
+    h = fwd["input.0"].clone().requires_grad_()
+    (lin(h) * h + h.sin()).backward(bwd["grad_output.0"])
+    from diopi.compare import compare_tensors
+    assert compare_tensors(bwd["grad_input.0"], h.grad, path="grad_input.0").verdict == Verdict.PASS
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stats_only_is_taken_at_hook_time_and_counts_nan_inf(tmp_path: Path, device: str) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4)).to(device)
+    x = torch.ones(2, 4).to(device)
+    x[0, 0], x[1, 1], x[1, 2] = float("nan"), float("inf"), -float("inf")
+    with ModuleDump(model, tmp_path, stats_only=True):
+        y = model(x)
+        x.fill_(7)  # in-place changes after the call must not reach the statistics
+        y.data.mul_(0)
+    d = load_dump(tmp_path)
+    stats = d.forward[1]["tensors"]
+    assert stats["input.0"] == {**stats["input.0"], "nan": 1, "inf": 2, "min": 1.0, "max": 1.0, "mean": 1.0,
+                                "norm": pytest.approx(5 ** 0.5), "numel": 8, "dtype": "float32", "shape": [2, 4]}
+    assert stats["output.0"]["nan"] + stats["output.0"]["inf"] == 8 and stats["output.0"]["min"] is None
+    assert stats["param.weight"]["nan"] == 0 and stats["param.weight"]["norm"] > 0
+
+
+class TwoOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x * 3
+
+
+@pytest.mark.parametrize("stats_only", [False, True])
+def test_backward_with_an_unused_output_is_recorded(tmp_path: Path, stats_only: bool) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), TwoOut())
+    with ModuleDump(model, tmp_path, stats_only=stats_only):
+        model(torch.ones(2, 4))[0].sum().backward()  # output.1 gets no gradient: finished at the step's end
+    entry = next(e for e in load_dump(tmp_path).backward if e["module"] == "1")
+    assert list(entry["tensors"]) == ["grad_input.0", "grad_output.0"]
+    assert entry["tensors"]["grad_output.0"]["min"] == 1.0 and entry["tensors"]["grad_input.0"]["max"] == 2.0
+
+
 def test_damaged_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(DumpError, match="no module dump"):
         load_dump(tmp_path)
@@ -290,12 +394,13 @@ class Odd(torch.nn.Module):
         return out.value.sum(), 3
 
 
-def test_odd_outputs_and_no_grad(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stats_only", [False, True])
+def test_odd_outputs_and_no_grad(tmp_path: Path, stats_only: bool) -> None:
     torch.manual_seed(0)
     model = Odd()
     x = torch.randn(2, 4)
     want = torch.autograd.grad(model(x)[0], list(model.parameters()))
-    with ModuleDump(model, tmp_path):
+    with ModuleDump(model, tmp_path, stats_only=stats_only):
         got = torch.autograd.grad(model(x)[0], list(model.parameters()))
         with torch.no_grad():
             model(x)
