@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser(
         "dump-modules",
         help="run an unmodified script and dump every module call of its model (module_tools.ModuleDump)",
-        usage="%(prog)s [--out DIR] [--stats-only] [--steps S] -- script.py [args ...]",
+        usage="%(prog)s [--out DIR] [--stats-only] [--steps S] [--stop-after N] [--fixed-input REF_DUMP] -- "
+              "script.py [args ...]",
         description="Run the script as `ditorch run` does, with a ModuleDump of its model (the first module with "
                     "parameters called at the outermost level): inputs, outputs, parameters and their gradients of "
                     "every module call, full tensors or statistics (docs/module_tools.md).",
@@ -151,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser(
         "parity",
         help="does the script train the same on this device? run it on the CPU and on the device, compare modules",
-        usage="%(prog)s [--steps N] [--out DIR] [--stats-only] [--reference DIR] -- script.py [args ...]",
+        usage="%(prog)s [--steps N] [--out DIR] [--stats-only] [--reference DIR] [--fixed-input] -- script.py "
+              "[args ...]",
         description="Run the unmodified script twice with the same seeds, on the CPU (cuda mapped to the CPU) and "
                     "on the device (random calls drawn from the CPU generator), dump both for N steps with "
                     "ModuleDump and print 'no divergence in N steps' or the first divergent module; exit 0 none, "
