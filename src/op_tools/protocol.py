@@ -211,4 +211,5 @@ def print_line(text: str) -> None:
     prefix = rank_prefix()
     if prefix:
         text = "\n".join(prefix + line for line in text.split("\n"))
-    print(text, file=sys.stderr, flush=True)
+    sys.stderr.write(text + "\n")  # one write: lines of several ranks sharing a pipe do not interleave
+    sys.stderr.flush()
