@@ -17,13 +17,10 @@ applies), both are dumped with :class:`~module_tools.dump.ModuleDump` (the model
 
 from __future__ import annotations
 
-import argparse
 import os
-import random
 import shutil
 import subprocess
 import sys
-import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +71,7 @@ def _child_env(run: str, env: Mapping[str, str] | None) -> dict[str, str]:
 def _run_child(run: str, script: str, args: Sequence[str], steps: int, out: Path, stats_only: bool,
                random_on_cpu: bool, env: Mapping[str, str] | None, fixed_input: Path | None = None) -> tuple[int, str]:
     """One run in a fresh interpreter; its exit status and the tail of its stderr (output in ``<run>.log``)."""
-    command = [sys.executable, "-m", "module_tools.parity", "--child", run, "--steps", str(steps),
+    command = [sys.executable, "-m", "ditorch.parity_run", "--child", run, "--steps", str(steps),
                "--out", str(out / run)]
     command += ["--stats-only"] * stats_only + ["--no-random-on-cpu"] * (not random_on_cpu)
     command += ["--fixed-input", str(fixed_input)] if fixed_input is not None else []
@@ -122,90 +119,3 @@ def run_parity(script: str, args: Sequence[str] = (), steps: int = DEFAULT_STEPS
     comparison.write_html(result.html)
     result.lines += [f"HTML report: {result.html}", f"JSON: {result.json}"]
     return result
-
-
-# -- the child: one run ----------------------------------------------------------------------------------------
-def _seed_everything(seed: int) -> None:
-    import torch
-
-    torch.manual_seed(seed)
-    random.seed(seed)
-    try:
-        import numpy
-    except ImportError:
-        return
-    numpy.random.seed(seed)
-
-
-def _map_cuda_to_cpu() -> None:
-    """Point ditorch's cuda mapping at the CPU: ``torch.cuda`` answers for the CPU, ``"cuda"`` means ``"cpu"``;
-    seeding and the random state are the CPU generator's."""
-    import torch
-
-    from ditorch import mocking
-    from ditorch.adapters.base import Adapter
-
-    shim = types.ModuleType("ditorch_cpu_as_cuda")
-    shim.__dict__.update({k: v for k, v in vars(torch.cpu).items() if not k.startswith("__")})
-
-    def nothing(*_: Any, **__: Any) -> None:
-        return None
-
-    shim.__dict__.update(
-        manual_seed=nothing, manual_seed_all=nothing, seed=nothing, seed_all=nothing, empty_cache=nothing,
-        initial_seed=torch.initial_seed, get_rng_state=lambda device=None: torch.get_rng_state(),
-        set_rng_state=lambda state, device=None: torch.set_rng_state(state), is_available=lambda: True,
-        device_count=lambda: 1, current_device=lambda: 0)
-
-    class _CpuAsCuda(Adapter):
-        def device_module(self) -> types.ModuleType:
-            return shim
-
-    mocking.install(_CpuAsCuda(name="cpu", framework="torch", device_type="cpu", dist_backend="gloo"))
-
-
-def _child(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m module_tools.parity")
-    p.add_argument("--child", choices=sorted(_RUN_NAMES), required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--stats-only", action="store_true")
-    p.add_argument("--no-random-on-cpu", action="store_true")
-    p.add_argument("--fixed-input", default=None)
-    p.add_argument("script")
-    p.add_argument("args", nargs=argparse.REMAINDER)
-    a = p.parse_args(argv)
-    import ditorch  # noqa: F401  (the vendor adapter and the cuda mapping)
-
-    from .dump_command import run_dumped
-
-    tools: list[Any] = []
-    if a.child == "ref":
-        _map_cuda_to_cpu()
-    else:
-        from op_tools.tool import active_device_type
-
-        if active_device_type() == "cpu":
-            print("ditorch parity: no accelerator; the device run runs on the CPU too", file=sys.stderr)
-        elif not a.no_random_on_cpu:
-            from op_tools.random_on_cpu import OpRandomOnCPU
-
-            tools.append(OpRandomOnCPU(results_dir=str(Path(a.out).parent / "op_tools")).start())
-    _seed_everything(SEED)
-    script_args = a.args[1:] if a.args[:1] == ["--"] else a.args
-    try:
-        status, dump = run_dumped(a.script, script_args, a.out, stats_only=a.stats_only, steps=range(a.steps),
-                                  stop_after=a.steps, fixed_input=a.fixed_input)
-    finally:
-        for tool in tools:
-            tool.stop()
-    if status == 0 and dump is None:
-        print("ditorch parity: the script called no module with parameters; nothing dumped", file=sys.stderr)
-        return 3
-    return status
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        sys.exit(_child(sys.argv[1:]))
-    sys.exit("usage: ditorch parity [--steps N] [--out DIR] [--stats-only] -- script.py [args ...]")
