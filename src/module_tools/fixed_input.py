@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from .dump import _MAX_DEPTH, flatten_tensors
+from .dump import _MAX_DEPTH, _sequence_nr, flatten_tensors
 from .dump_reader import Dump, DumpError, load_dump
 
 __all__ = ["FixedInputReplay", "replace_tensors", "snapshot_opaque"]
@@ -167,10 +167,6 @@ def _external_gradients(roots: list[torch.Tensor], grads: list[torch.Tensor]) ->
             if inner is not None:
                 external[i] = grads[i] - inner
     return external
-
-
-def _sequence_nr(node: Any) -> int:
-    return int(node._sequence_nr()) if node is not None else -1
 
 
 class FixedInputReplay:
