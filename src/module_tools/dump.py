@@ -25,8 +25,7 @@ from torch.utils.hooks import RemovableHandle
 
 from diopi.case_format import atomic_open, library_versions, write_tensors
 from diopi.result_table import process_rank, process_world_size
-from op_tools import deferred_stats
-from op_tools.tensor_stats import tensor_stats as host_stats
+from op_tools import deferred_stats, host_stats_worker
 
 from .config import StepSet, parse_steps
 
@@ -88,22 +87,28 @@ def _floating(t: torch.Tensor) -> bool:
 def _stats(tensors: dict[str, torch.Tensor], defer: bool) -> dict[str, dict[str, Any]]:
     """Statistics of ``tensors`` by op_tools' statistics path (:mod:`op_tools.deferred_stats`): min, max, mean,
     std and norm over the finite elements, NaN and Inf counts, of every floating tensor, all reduced by one call
-    where they are, from their values now. With ``defer`` the numbers of device tensors arrive at the next
-    ``deferred_stats.resolve()``; host tensors get theirs at once."""
+    where they are, from their values now. With ``defer`` the numbers arrive at the next :func:`_resolve` (host
+    tensors are copied and reduced on op_tools' background thread, device tensors on the device)."""
     stats = {name: _describe(t) for name, t in tensors.items()}
     names = []
     for name, t in tensors.items():
         if not _floating(t):
             continue
         if t.device.type == "cpu":  # the CPU kernel of op_tools::tensor_stats, without the dispatch
-            stats[name].update(host_stats(t))
+            host_stats_worker.submit(t, stats[name])
         else:
             names.append(name)
     if names:
         deferred_stats.defer([tensors[name] for name in names], [stats[name] for name in names])
-        if not defer:
-            deferred_stats.resolve()
+    if not defer:
+        _resolve()
     return stats
+
+
+def _resolve() -> None:
+    """Fill every statistics dict :func:`_stats` left waiting."""
+    deferred_stats.resolve()
+    host_stats_worker.wait()
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:
@@ -514,7 +519,7 @@ class ModuleDump:
             for entry in self._backward:
                 if not entry.written:
                     self._write_entry(entry)
-            deferred_stats.resolve()
+            _resolve()
         except Exception as exc:  # noqa: BLE001
             self._fail("writing", exc)
         if (self._forward or self._backward) and self.current_step not in self._recorded_steps:

@@ -6,7 +6,8 @@ returns ``len(tensors) * 7`` floats, the sums of :data:`COLUMNS` tensor after te
 reaches the host with the op's result, without a tensor copy):
 
 - on the CPU it is one kernel: the sum by torch's cascade summation and the sum of squares by a BLAS dot
-  product, both in the tensor's precision (float64 when they overflow it), min and max by numpy;
+  product, both in the tensor's precision (float64 when they overflow it), min and max in one pass by
+  ``torch.aminmax``; a tensor holding NaN or Inf takes a slower path that counts them;
 - elsewhere the generic kernel reduces each tensor with a few device ops;
 - a vendor can register a fused kernel for its dispatch key (``torch.library.impl("op_tools::tensor_stats",
   ...)``);
@@ -33,25 +34,25 @@ _LIBRARY: torch.library.Library | None = None
 
 
 def _host_row(t: torch.Tensor) -> tuple[float, ...]:
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if t.is_complex():
         t = t.abs()
     if t.dtype not in (torch.float32, torch.float64):
         t = t.to(torch.float32 if t.is_floating_point() or t.dtype == torch.bool or t.element_size() < 4
                  else torch.float64)
-    if not t.is_contiguous():
-        t = t.contiguous()
     n = t.numel()
     if n == 0:
         return (math.nan, math.nan, 0.0, 0.0, 0, 0, 0)
-    total = float(t.sum())  # torch's cascade summation: vectorized, error growing with log(n)
-    a = t.numpy().reshape(-1)
-    if math.isfinite(total):
-        with np.errstate(over="ignore"):
-            sumsq = float(np.dot(a, a))
+    v = t if t.dim() == 1 else t.reshape(-1)
+    total = v.sum().item()  # torch's cascade summation: vectorized, error growing with log(n)
+    if math.isfinite(total):  # no NaN or Inf: three passes, min and max in one
+        mn, mx = torch.aminmax(v)
+        sumsq = torch.dot(v, v).item()  # BLAS, in the tensor's precision
         if math.isinf(sumsq):  # the squares overflow the tensor's precision
-            sumsq = float(np.dot(a.astype(np.float64), a.astype(np.float64)))
-        return (float(a.min()), float(a.max()), total, sumsq, n, 0, 0)
+            sumsq = torch.dot(v.double(), v.double()).item()
+        return (mn.item(), mx.item(), total, sumsq, n, 0, 0)
+    a = v.numpy()
     nan = int(np.count_nonzero(np.isnan(a)))
     inf = int(np.count_nonzero(np.isinf(a)))
     if nan or inf:
