@@ -1,6 +1,6 @@
 """The layer rules of DESIGN.md, checked statically: no import circles inside a package, no upward import.
 
-Layers, lowest first: diopi < torch_dipu < (op_tools, module_tools) < ditorch. The source is parsed, not
+Layers, lowest first: diopi < torch_dipu < (op_tools, module_tools, dicp) < ditorch. The source is parsed, not
 imported. Every import counts, at module level or inside a function, including
 ``importlib.import_module("<literal>")``; only imports under ``if TYPE_CHECKING:`` are left out, since
 they never run.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYER = {"diopi": 0, "torch_dipu": 1, "op_tools": 2, "module_tools": 2, "ditorch": 3}
+LAYER = {"diopi": 0, "torch_dipu": 1, "op_tools": 2, "module_tools": 2, "dicp": 2, "ditorch": 3}
 
 
 def _module_name(path: Path) -> str:

@@ -1,0 +1,67 @@
+"""Every environment variable dicp reads, in one place (documented in docs/environment.md), parsed once when a
+backend is first used (:func:`dicp_config`), never per call.
+
+- ``DICP_PRECISION_CHECK=1``: each compiled graph also runs eagerly and the two are compared with ``diopi.compare``.
+- ``DICP_CACHE_DIR``: the compile cache folder (default ``~/.cache/dicp``); ``DICP_CACHE=0`` turns the cache off.
+- ``DICP_SHAPE_CHECK=1``: the vendor's own shape and dtype inference is checked against the fake tensors.
+- ``DICP_ORT_THREADS``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
+
+A malformed value raises ``ValueError`` naming the variable and the value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from diopi.env import env_flag
+
+__all__ = ["DicpConfig", "dicp_config", "parse_config", "reset_config"]
+
+
+@dataclass(frozen=True)
+class DicpConfig:
+    precision_check: bool = False
+    cache: bool = True
+    cache_dir: Path = Path("~/.cache/dicp").expanduser()
+    shape_check: bool = False
+    ort_threads: int = 0  # 0: torch.get_num_threads()
+
+
+def parse_config(env: Mapping[str, str] | None = None) -> DicpConfig:
+    """The configuration from ``env`` (default: ``os.environ``)."""
+    env = os.environ if env is None else env
+    threads_text = env.get("DICP_ORT_THREADS", "").strip()
+    try:
+        threads = int(threads_text) if threads_text else 0
+        if threads < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"DICP_ORT_THREADS={threads_text!r}: expected a thread count >= 0") from None
+    cache_dir = env.get("DICP_CACHE_DIR", "").strip()
+    return DicpConfig(
+        precision_check=env_flag("DICP_PRECISION_CHECK", env=env),
+        cache=env_flag("DICP_CACHE", default=True, env=env),
+        cache_dir=Path(cache_dir).expanduser() if cache_dir else DicpConfig.cache_dir,
+        shape_check=env_flag("DICP_SHAPE_CHECK", env=env),
+        ort_threads=threads,
+    )
+
+
+_CONFIG: DicpConfig | None = None
+
+
+def dicp_config() -> DicpConfig:
+    """The process's configuration, read from the environment on first use."""
+    global _CONFIG
+    if _CONFIG is None:
+        _CONFIG = parse_config()
+    return _CONFIG
+
+
+def reset_config(config: DicpConfig | None = None) -> None:
+    """Replace the configuration (``None``: read the environment again at next use); for tests and tools."""
+    global _CONFIG
+    _CONFIG = config
