@@ -477,7 +477,8 @@ class ModuleDump:
         self._param_grads.clear()
 
     def _write_entry(self, entry: _Entry) -> None:
-        entry.stats.update(_stats({k: v for k, v in entry.tensors.items() if v is not None}, defer=True))
+        if entry.tensors:  # a statistics-only entry has its statistics already (taken by _keep)
+            entry.stats.update(_stats({k: v for k, v in entry.tensors.items() if v is not None}, defer=True))
         if not self.stats_only and self.rank_dir is not None:
             folder = entry.module or "_root"
             kind = f"fixed_{entry.direction}" if entry.fixed else entry.direction
