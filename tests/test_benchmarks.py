@@ -138,3 +138,16 @@ def test_module_dump_benchmark(tmp_path: Path) -> None:
     assert set(rows) == {"w1_step_ms_stats_only_dipu", "w1_step_ms_full_dipu"}
     for row in rows.values():
         assert row["value"] > 0 and row["baseline"] > 0 and row["ratio"] > 0
+
+
+def test_dicp_benchmark(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    rows = _run_benchmark(tmp_path, "bench_dicp.py",
+                          ["--no-inductor", "--no-train", "--rounds", "1", "--steps", "1", "--batch", "1",
+                           "--seq", "16"])
+    assert set(rows) == {f"llama_infer_{kind}_{backend}" for kind in ("first_call_s", "step_ms")
+                         for backend in ("eager", "onnxgraph")}
+    assert rows["llama_infer_step_ms_onnxgraph"]["equal_to_eager"] is True
+    assert rows["llama_infer_first_call_s_onnxgraph"]["target"] == 3.0
+    for row in rows.values():
+        assert row["value"] > 0

@@ -30,6 +30,9 @@ class DeviceRuntime(ABC):
     #: The registered dynamo backend that compiles graphs on this device under ``torch.compile``'s default
     #: backend (a vendor with its own graph compiler names it); ``DIPU_COMPILE_BACKEND`` overrides it.
     compile_backend: str = "aot_eager"
+    #: Storage tensors are host tensors the host may read and write (a graph compiler running on the host, such
+    #: as dicp's onnxgraph, then reads and writes them in place instead of copying).
+    host_storage: bool = False
 
     @abstractmethod
     def device_count(self) -> int:

@@ -9,6 +9,7 @@ that need it replace ``compile_fx`` and check what inductor was asked to compile
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,11 +30,13 @@ from torch_dipu.tensor import DipuTensor
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo(monkeypatch):
-    """Each test starts with empty dynamo caches, the default fallback backend and no warning given yet."""
+    """Each test starts with empty dynamo caches, ``aot_eager`` named as the fallback backend (as
+    ``DIPU_COMPILE_BACKEND=aot_eager`` does: the vendor's own default may be a graph compiler, see
+    test_fallback_backend_is_a_setting) and no warning given yet."""
     torch._dynamo.reset()
     monkeypatch.setattr(compile_default, "_warned_inductor_settings", False)
     saved = get_state().config.compile_backend
-    compile_default.set_fallback_backend(None)
+    compile_default.set_fallback_backend("aot_eager")
     yield
     compile_default.set_fallback_backend(saved)
     torch._dynamo.reset()
@@ -187,7 +190,12 @@ def test_explicit_backends_pass_through():
 
 
 def test_fallback_backend_is_a_setting():
-    assert compile_default.fallback_backend() == "aot_eager" == torch_dipu.runtime().compile_backend
+    compile_default.set_fallback_backend(None)  # the vendor's default: dicp's onnxgraph when it can run
+    onnx_installed = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+    expected = "onnxgraph" if onnx_installed else "aot_eager"
+    assert compile_default.fallback_backend() == expected == torch_dipu.runtime().compile_backend
+    compile_default.set_fallback_backend("aot_eager")
+    assert compile_default.fallback_backend() == "aot_eager"
     x = torch.randn(3, device="dipu")
     compile_default.set_fallback_backend("eager")
     before = compile_default.chosen_backends()
@@ -277,6 +285,7 @@ def test_cuda_written_training_compiles_under_ditorch():
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DITORCH_", "DIPU_", "DROPLET_"))}
     env["DITORCH_QUIET"] = "1"
+    env["DIPU_COMPILE_BACKEND"] = "aot_eager"  # the vendor's default may be a graph compiler (dicp)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

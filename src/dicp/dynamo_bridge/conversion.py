@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
+import marshal
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -54,6 +54,7 @@ class ConversionRegistry:
     def __init__(self, vendor: str) -> None:
         self.vendor = vendor
         self._table: dict[Any, Conversion] = {}
+        self._version: str | None = None  # computed once, until the next registration
 
     def register(self, targets: Target | Iterable[Target], *,
                  supports: Callable[[torch.fx.Node], str | None] | None = None) -> Callable[[Callable], Callable]:
@@ -63,6 +64,7 @@ class ConversionRegistry:
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             for target in _expand(targets):
                 self._table[target] = Conversion(target, fn, supports)
+            self._version = None
             return fn
 
         return decorate
@@ -88,8 +90,10 @@ class ConversionRegistry:
         return set(self._table)
 
     def version(self) -> str:
-        """A digest of the registered converters' source code: part of the compile cache key, so a changed
-        converter never reuses an artifact built by the old one."""
+        """A digest of the registered converters' code objects: part of the compile cache key, so a changed
+        converter never reuses an artifact built by the old one. Computed once per set of registrations."""
+        if self._version is not None:
+            return self._version
         digest = hashlib.sha256(self.vendor.encode())
         seen: set[int] = set()
         for target in sorted(self._table, key=_name):
@@ -99,11 +103,10 @@ class ConversionRegistry:
                 if fn is None or id(fn) in seen:
                     continue
                 seen.add(id(fn))
-                try:
-                    digest.update(inspect.getsource(fn).encode())
-                except (OSError, TypeError):
-                    digest.update(getattr(fn, "__qualname__", repr(fn)).encode())
-        return digest.hexdigest()[:16]
+                code = getattr(fn, "__code__", None)
+                digest.update(marshal.dumps(code) if code is not None else repr(fn).encode())
+        self._version = digest.hexdigest()[:16]
+        return self._version
 
 
 def _name(target: Any) -> str:

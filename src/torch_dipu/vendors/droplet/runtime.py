@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -15,10 +16,19 @@ from diopi.impl.droplet import DropletImpl, DropletTraits, Fault
 from torch_dipu.runtime import DeviceRuntime, Kernel
 
 
+def _onnx_installed() -> bool:
+    """Whether onnx and onnxruntime can be imported (looked up, not imported: cheap at ``import torch_dipu``)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("onnx", "onnxruntime"))
+
+
 class DropletRuntime(DeviceRuntime):
     """A simulated accelerator: memory is host RAM, kernels are the DIOPI reference implementation."""
 
     name = "droplet"
+    host_storage = True  # device memory is host RAM
+    #: torch.compile's default backend for graphs on droplet: dicp's ONNX Runtime vendor when onnx and
+    #: onnxruntime are installed (the ``onnx`` extra), else aot_eager.
+    compile_backend = "onnxgraph" if _onnx_installed() else "aot_eager"
 
     def __init__(self, traits: DropletTraits, faults: list[Fault]) -> None:
         self.traits = traits

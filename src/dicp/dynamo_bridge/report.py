@@ -1,0 +1,86 @@
+"""What the bridge did, per vendor: graphs compiled, islands, eager ops, cache use, guards, precision.
+
+:func:`compile_report` returns a copy of the counters (plain JSON-ready dicts, one per vendor name);
+:func:`reset_report` clears them. An operator a vendor cannot convert prints ONE line per vendor and operator
+name per process on stderr (:func:`note_eager_op`): never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import threading
+from collections import Counter
+from typing import Any
+
+__all__ = ["compile_report", "count", "count_op", "note_eager_op", "reset_report"]
+
+_lock = threading.Lock()
+_COUNTERS: dict[str, dict[str, Any]] = {}
+_ANNOUNCED: set[tuple[str, str]] = set()
+
+#: Integer counters every vendor's report holds (the dict-valued ones: ``eager_ops``, ``rewrites``).
+FIELDS = (
+    "graphs_forward", "graphs_backward", "graphs_inference", "vendor_islands", "eager_islands", "eager_nodes",
+    "cache_hits", "cache_misses", "cache_rebuilt", "guards_added", "shape_mismatches", "precision_checks",
+    "precision_mismatches",
+)
+
+
+def _entry(vendor: str) -> dict[str, Any]:
+    entry = _COUNTERS.get(vendor)
+    if entry is None:
+        entry = {name: 0 for name in FIELDS}
+        entry["eager_ops"] = Counter()
+        entry["rewrites"] = Counter()
+        _COUNTERS[vendor] = entry
+    return entry
+
+
+def count(vendor: str, field: str, n: int = 1) -> None:
+    """Add ``n`` to the integer counter ``field`` of ``vendor``."""
+    if field not in FIELDS:
+        raise KeyError(f"dicp report: unknown counter {field!r}; known: {', '.join(FIELDS)}")
+    with _lock:
+        _entry(vendor)[field] += n
+
+
+def count_op(vendor: str, field: str, name: str, n: int = 1) -> None:
+    """Add ``n`` to ``name`` in the per-name counter ``field`` (``eager_ops`` or ``rewrites``) of ``vendor``."""
+    with _lock:
+        _entry(vendor)[field][name] += n
+
+
+def note_eager_op(vendor: str, op: str, reason: str, nodes: int) -> None:
+    """Count ``nodes`` nodes of ``op`` that run eagerly, and print the one line that says so (first time only
+    for this vendor and op in this process)."""
+    with _lock:
+        entry = _entry(vendor)
+        entry["eager_ops"][op] += nodes
+        entry["eager_nodes"] += nodes
+        first = (vendor, op) not in _ANNOUNCED
+        _ANNOUNCED.add((vendor, op))
+    if first:
+        print(f"dicp {vendor}: {reason}; runs eagerly ({nodes} node{'s' if nodes != 1 else ''})",
+              file=sys.stderr, flush=True)
+
+
+def compile_report() -> dict[str, dict[str, Any]]:
+    """Counters per vendor name: ``graphs_forward``/``graphs_backward``/``graphs_inference``,
+    ``vendor_islands``, ``eager_islands``, ``eager_nodes``, ``eager_ops`` (op name -> nodes), ``cache_hits``,
+    ``cache_misses``, ``cache_rebuilt``, ``guards_added``, ``precision_checks``, ``precision_mismatches``,
+    ``rewrites`` (pass name -> rewrites). A copy: plain dicts, JSON-ready."""
+    with _lock:
+        out = copy.deepcopy(_COUNTERS)
+    for entry in out.values():
+        entry["eager_ops"] = dict(entry["eager_ops"])
+        entry["rewrites"] = dict(entry["rewrites"])
+    return out
+
+
+def reset_report(*, announced: bool = False) -> None:
+    """Clear every counter; ``announced=True`` also forgets which eager ops were already printed."""
+    with _lock:
+        _COUNTERS.clear()
+        if announced:
+            _ANNOUNCED.clear()
