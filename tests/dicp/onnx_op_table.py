@@ -246,6 +246,8 @@ simple("constant_pad_nd", lambda a: aten.constant_pad_nd.default(a, [1, 2, 0, 1]
 simple("flip", lambda a: aten.flip.default(a, [0, 1]))
 simple("repeat", lambda a: aten.repeat.default(a, [2, 1, 2]))
 simple("roll", lambda a: aten.roll.default(a, [1], [0]))
+simple("slice_backward", lambda g: aten.slice_backward.default(g, [g.shape[0], 5], 1, 1, 4, 1))
+simple("select_backward", lambda g: aten.select_backward.default(g, [g.shape[0], 4], 1, 2), lambda n: [_r(n)])
 simple("embedding", lambda w, i: aten.embedding.default(w, i), lambda n: [_r(10, n), torch.randint(0, 10, (n, 2))])
 simple("embedding_dense_backward", lambda g, i: aten.embedding_dense_backward.default(g, i, 10, 1, False),
        lambda n: [_r(n, 2, 3), torch.randint(0, 10, (n, 2))])

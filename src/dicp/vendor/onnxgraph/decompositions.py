@@ -21,7 +21,8 @@ DECOMPOSED: list[Any] = [
     aten.hardtanh_backward, aten.softplus, aten.softplus_backward, aten.elu, aten.elu_backward, aten.logsumexp,
     aten.std, aten.addcmul, aten.addcdiv, aten.lerp, aten.hardswish, aten.hardswish_backward, aten.hardsigmoid,
     aten.mse_loss, aten.mse_loss_backward, aten.linalg_vector_norm, aten.glu, aten.mish, aten.log_sigmoid_forward,
-    aten.log_sigmoid_backward, aten.native_dropout_backward, aten.roll, aten._unsafe_index,
+    aten.log_sigmoid_backward, aten.native_dropout_backward, aten.roll, aten._unsafe_index, aten.slice_backward,
+    aten.select_backward,
 ]
 
 
