@@ -5,6 +5,7 @@ backend is first used (:func:`dicp_config`), never per call.
 - ``DICP_CACHE_DIR``: the compile cache folder (default ``~/.cache/dicp``); ``DICP_CACHE=0`` turns the cache off.
 - ``DICP_SHAPE_CHECK=1``: the vendor's own shape and dtype inference is checked against the fake tensors.
 - ``DICP_ORT_THREADS``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
+- ``DICP_ORT_SPIN=1``: ONNX Runtime's idle threads spin instead of sleeping (default off).
 
 A malformed value raises ``ValueError`` naming the variable and the value.
 """
@@ -28,6 +29,7 @@ class DicpConfig:
     cache_dir: Path = Path("~/.cache/dicp").expanduser()
     shape_check: bool = False
     ort_threads: int = 0  # 0: torch.get_num_threads()
+    ort_spin: bool = False
 
 
 def parse_config(env: Mapping[str, str] | None = None) -> DicpConfig:
@@ -47,6 +49,7 @@ def parse_config(env: Mapping[str, str] | None = None) -> DicpConfig:
         cache_dir=Path(cache_dir).expanduser() if cache_dir else DicpConfig.cache_dir,
         shape_check=env_flag("DICP_SHAPE_CHECK", env=env),
         ort_threads=threads,
+        ort_spin=env_flag("DICP_ORT_SPIN", env=env),
     )
 
 

@@ -43,6 +43,9 @@ def test_session_options_threads_and_no_spinning(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("DICP_ORT_THREADS")
     reset_config()
     assert session_options().intra_op_num_threads == torch.get_num_threads()
+    monkeypatch.setenv("DICP_ORT_SPIN", "1")  # opt-in: pure inference graphs gain, mixed workloads lose
+    reset_config()
+    assert session_options().get_session_config_entry("session.intra_op.allow_spinning") == "1"
 
 
 def test_versions() -> None:

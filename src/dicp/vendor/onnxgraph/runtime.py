@@ -51,8 +51,9 @@ def session_options() -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.intra_op_num_threads = dicp_config().ort_threads or torch.get_num_threads()
     options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    spin = "1" if dicp_config().ort_spin else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     options.log_severity_level = 3
     return options
 
