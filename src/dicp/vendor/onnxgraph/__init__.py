@@ -1,4 +1,4 @@
-"""The ``onnxgraph`` vendor: ATen -> ONNX (opset 18) -> ONNX Runtime (CPU execution provider).
+"""The ``onnxgraph`` vendor: ATen -> ONNX (opset 23) -> ONNX Runtime (CPU execution provider).
 
 ``torch.compile(model, backend="onnxgraph")`` (entry point ``torch_dynamo_backends``) or :func:`onnxgraph`
 directly; :func:`vendor` is the :class:`~dicp.dynamo_bridge.vendor.Vendor` the bridge drives (docs/dicp.md).
@@ -22,6 +22,7 @@ def onnxgraph(gm: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
 @functools.cache
 def vendor() -> Any:
     """The onnxgraph :class:`~dicp.dynamo_bridge.vendor.Vendor` (built once)."""
+    from dicp.dynamo_bridge.passes import fold_transposes
     from dicp.dynamo_bridge.vendor import Vendor
 
     from . import fused
@@ -36,6 +37,7 @@ def vendor() -> Any:
         load=load,
         decompositions=decompositions(),
         rewrite_passes=fused.rewrite_passes(),
+        layout_passes=[fold_transposes],
         versions=versions,
         check_shapes=check_shapes,
     )
