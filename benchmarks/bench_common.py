@@ -60,9 +60,10 @@ W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_la
           num_attention_heads=4, num_key_value_heads=2)
 
 
-def w1_step(device: str, seed: int = 0) -> Callable[[], float]:
+def w1_step(device: str, seed: int = 0, backend: str | None = None) -> Callable[[], float]:
     """A closure running one W1 training step on ``device`` (model and data built once, seeded): forward
-    with labels, zero_grad, backward, optimizer step, ``loss.item()``."""
+    with labels, zero_grad, backward, optimizer step, ``loss.item()``. ``backend``: the forward runs under
+    ``torch.compile(model, backend=backend)`` (None: eagerly)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -70,9 +71,10 @@ def w1_step(device: str, seed: int = 0) -> Callable[[], float]:
     model = LlamaForCausalLM(LlamaConfig(**W1)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(seed)).to(device)
+    forward = model if backend is None else torch.compile(model, backend=backend)
 
     def step() -> float:
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = forward(input_ids=ids, labels=ids).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -32,18 +32,17 @@ from pathlib import Path
 
 import torch
 
-from bench_common import W1, environment, write_json
+from bench_common import W1, environment, w1_step, write_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dicp.json"
 FIRST_COMPILE_TARGET_S = 3.0
 
 
-def _llama(train: bool) -> torch.nn.Module:
+def _llama_eval() -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**W1))
-    return model.train(train)
+    return LlamaForCausalLM(LlamaConfig(**W1)).eval()
 
 
 def _compiled(model: torch.nn.Module, backend: str) -> Callable[..., object]:
@@ -74,7 +73,7 @@ class Runner:
 
 
 def inference_runner(backend: str, batch: int, seq: int) -> Runner:
-    model = _llama(train=False)
+    model = _llama_eval()
     call = _compiled(model, backend)
     ids = torch.randint(0, W1["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(0))
 
@@ -86,19 +85,7 @@ def inference_runner(backend: str, batch: int, seq: int) -> Runner:
 
 
 def training_runner(backend: str) -> Runner:
-    model = _llama(train=True)
-    call = _compiled(model, backend)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(0))
-
-    def step() -> float:
-        loss = call(input_ids=ids, labels=ids).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    return Runner(backend, step)
+    return Runner(backend, w1_step("cpu", backend=None if backend == "eager" else backend))
 
 
 def measure(runners: list[Runner], rounds: int, steps: int) -> None:
