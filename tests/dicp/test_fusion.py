@@ -35,6 +35,27 @@ def _attn_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:  # transformers' rotate_half, verbatim
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rotary(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """transformers' Llama rotary embedding: ``emb = cat(freqs, freqs)`` (equal halves), cos/sin over heads."""
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = (emb.cos() * 1.0).unsqueeze(1), (emb.sin() * 1.0).unsqueeze(1)
+    return x * cos + _rotate_half(x) * sin
+
+
+def _repeat_kv(t: torch.Tensor, n: int) -> torch.Tensor:  # transformers' repeat_kv, verbatim
+    b, h, s, d = t.shape
+    return t[:, :, None, :, :].expand(b, h, n, s, d).reshape(b, h * n, s, d)
+
+
+def _attn_repeat_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), _repeat_kv(v, 2), is_causal=True)
+
+
 def _inputs(name: str, dtype: torch.dtype = torch.float32, seq: int = 6) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(0)
 
@@ -45,7 +66,9 @@ def _inputs(name: str, dtype: torch.dtype = torch.float32, seq: int = 6) -> tupl
         return r(2, seq, 16), r(16)
     if name == "silu_mul":
         return r(2, seq, 8), r(2, seq, 8)
-    if name == "attn_causal_gqa":
+    if name == "rotary":
+        return r(2, 4, seq, 8), r(1, seq, 4)
+    if name in ("attn_causal_gqa", "attn_repeat_kv"):
         return r(2, 4, seq, 8), r(2, 2, seq, 8), r(2, 2, seq, 8)
     mask = torch.rand(seq, seq, generator=g) > 0.3
     mask.fill_diagonal_(True)
@@ -57,6 +80,8 @@ CASES = {  # name -> (function, pass, fused op)
     "silu_mul": (_silu_mul, fusion.fuse_silu_mul, dicp_ops.silu_mul.default),
     "attn_causal_gqa": (_attn_causal_gqa, fusion.fuse_attention, dicp_ops.attention.default),
     "attn_mask": (_attn_mask, fusion.fuse_attention, dicp_ops.attention.default),
+    "rotary": (_rotary, fusion.fuse_rotary, dicp_ops.rotary.default),
+    "attn_repeat_kv": (_attn_repeat_kv, fusion.fuse_attention, dicp_ops.attention.default),
 }
 
 
@@ -79,6 +104,13 @@ def test_pattern_rewritten_and_equal(name: str, mode: str) -> None:
     assert fused in _targets(gm)
     if name == "rms":  # every node of the pattern went, casts included
         assert not _targets(gm) & {torch.ops.aten.rsqrt.default, torch.ops.aten.pow.Tensor_Scalar}
+    if name == "rotary":  # rotate_half went: no neg, one cat left (cos/sin's)
+        assert torch.ops.aten.neg.default not in _targets(gm)
+        assert sum(n.target is torch.ops.aten.cat.default for n in gm.graph.nodes) == 1
+    if name == "attn_repeat_kv":  # the attention takes the 2 key/value heads directly
+        assert torch.ops.aten.expand.default not in _targets(gm)
+        node = next(n for n in gm.graph.nodes if n.target is dicp_ops.attention.default)
+        assert [a.op for a in node.args[:3]] == ["placeholder"] * 3
     for seq in (6, 9) if mode == "symbolic" else (6,):
         inputs = _inputs(name, seq=seq)
         _check(gm(*inputs), fn(*inputs))
@@ -134,6 +166,24 @@ def test_other_forms_not_fused() -> None:
     assert fusion.fuse_attention(make_fx(attn_dropout, tracing_mode="fake")(*_inputs("attn_mask")[:3])) == 0
 
 
+def test_rotary_needs_provably_equal_halves() -> None:
+    """cos/sin given as inputs may have different halves: rotate_half stays; so does a repeat of the key alone."""
+
+    def rope_inputs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return x * cos + _rotate_half(x) * sin
+
+    x, freqs = _inputs("rotary")
+    cos = torch.randn(1, 1, 6, 8)
+    assert fusion.fuse_rotary(make_fx(rope_inputs, tracing_mode="fake")(x, cos, cos)) == 0
+
+    def repeat_k_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), v.repeat(1, 2, 1, 1))
+
+    gm = make_fx(repeat_k_only, tracing_mode="fake")(*_inputs("attn_repeat_kv"))
+    assert fusion.fuse_attention(gm) == 1
+    assert torch.ops.aten.expand.default in _targets(gm)
+
+
 def test_fused_ops_run_eagerly_on_dipu() -> None:
     """The composite reference runs in an eager island on any device, dipu included, and equals the CPU."""
     import torch_dipu  # noqa: F401
@@ -147,6 +197,26 @@ def test_fused_ops_run_eagerly_on_dipu() -> None:
               dicp_ops.attention(d[2], d[3], d[4], None, 0.3, True)]
     assert all(t.device.type == "dipu" for t in actual)
     _check([t.cpu() for t in actual], expected)
+
+
+@pytest.mark.parametrize("mode", ["fake", "symbolic"])
+def test_matmul_views_folded(mode: str) -> None:
+    """``F.linear`` on a 3-d input (view, mm, view) becomes one ``aten.matmul``; a 2-d input is left alone."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 8, generator=g)
+
+    def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, w)
+
+    x = torch.randn(2, 5, 8, generator=g)
+    gm = make_fx(linear, tracing_mode=mode)(x, w)
+    assert fusion.fold_matmul_views(gm) == 1
+    assert torch.ops.aten.mm.default not in _targets(gm) and torch.ops.aten.matmul.default in _targets(gm)
+    _check(gm(x, w), linear(x, w))
+    if mode == "symbolic":
+        x = torch.randn(3, 7, 8, generator=g)
+        _check(gm(x, w), linear(x, w))
+    assert fusion.fold_matmul_views(make_fx(linear, tracing_mode=mode)(x[0], w)) == 0
 
 
 # -- the ONNX lowering ---------------------------------------------------------------------------------------------
@@ -181,5 +251,7 @@ def test_onnx_lowering_equals_eager(name: str, opset: int) -> None:
         assert "RMSNormalization" in ops
     if opset >= 23 and name.startswith("attn"):
         assert "Attention" in ops
+    if opset >= 23 and name == "rotary":
+        assert "RotaryEmbedding" in ops
     if opset < 23:
-        assert not ops & {"RMSNormalization", "Attention"}
+        assert not ops & {"RMSNormalization", "Attention", "RotaryEmbedding"}

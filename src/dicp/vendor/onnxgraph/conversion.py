@@ -148,7 +148,7 @@ def common_dtype(ctx: ConversionContext, *xs: Any) -> torch.dtype:
 
 
 def _load() -> None:
-    from . import convert_math, convert_nn, convert_shape  # noqa: F401  (they register their converters)
+    from . import convert_attention, convert_math, convert_nn, convert_shape  # noqa: F401  (they register their converters)
 
 
 _load()

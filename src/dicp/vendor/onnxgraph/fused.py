@@ -4,6 +4,8 @@ fused operators they produce (see docs/dicp.md "Fused patterns").
 - ``dicp.rms_norm`` -> ``RMSNormalization`` (opset >= 23), else ``Mul, ReduceMean, Add, Sqrt, Reciprocal, Mul,
   Mul``; the ``eps_tensor`` overload (an ``eps`` known only at run time) always takes the expansion;
 - ``dicp.silu_mul`` -> ``Sigmoid, Mul, Mul``;
+- ``dicp.rotary`` -> ``RotaryEmbedding`` (opset >= 23, ``x`` of shape ``(B, H, S, D)``, ``cos``/``sin`` of shape
+  ``(1 or B, 1, S, D/2)``: squeezed and expanded to ``(B, S, D/2)``), else ``Split, Mul, Sub, Add, Concat``;
 - ``dicp.attention`` -> ``Attention`` (opset >= 23; grouped-query heads and the causal mask native), else
   ``MatMul, Mul, [mask], Softmax, MatMul`` with key/value heads repeated for grouped-query attention.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dicp.dynamo_bridge import fusion
 from dicp.dynamo_bridge.vendor import GraphPass
@@ -31,8 +34,9 @@ dicp_ops = torch.ops.dicp
 
 
 def rewrite_passes() -> list[GraphPass]:
-    """The pattern-rewriting passes of the onnxgraph vendor, in order."""
-    return list(fusion.ALL_PASSES)
+    """The pattern-rewriting passes of the onnxgraph vendor, in order: dicp's fused patterns, then
+    ``fold_matmul_views`` (ONNX ``MatMul`` takes batch dimensions)."""
+    return [*fusion.ALL_PASSES, fusion.fold_matmul_views]
 
 
 def _scalar(ctx: ConversionContext, value: Any, dtype: torch.dtype) -> str:
@@ -58,6 +62,39 @@ def silu_mul(ctx: ConversionContext, a: str, b: str) -> str:
     dtype = out_dtype(ctx)
     a = ctx.cast(a, dtype)
     return ctx.emit("Mul", [ctx.emit("Mul", [a, ctx.emit("Sigmoid", [a])]), ctx.cast(b, dtype)], dtype=dtype)
+
+
+def _same(a: object, b: object) -> bool:
+    return statically_known_true(a == b)
+
+
+def _rotary_native(node: torch.fx.Node) -> bool:
+    """Whether ``RotaryEmbedding`` takes the node's operands: a 4-D ``x`` and 4-D ``cos``/``sin`` of one head
+    broadcast over ``x``'s heads and batch, with ``x``'s sequence length (decided without a guard)."""
+    x, cos, sin = (a.meta.get("val") for a in node.args[:3])
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (x, cos, sin)):
+        return False
+    return all(_same(t.shape[1], 1) and _same(t.shape[2], x.shape[2])
+               and (_same(t.shape[0], 1) or _same(t.shape[0], x.shape[0])) for t in (cos, sin))
+
+
+@register(dicp_ops.rotary.default)
+def rotary(ctx: ConversionContext, x: str, cos: str, sin: str) -> str:
+    dtype = out_dtype(ctx)
+    x, cos, sin = (ctx.cast(t, dtype) for t in (x, cos, sin))
+    if ctx.opset >= FUSED_OPSET and _rotary_native(ctx.node):
+        batch = ctx.emit("Concat", [ctx.shape_of(x, start=0, end=1), ctx.const([1, 1], torch.int64)], axis=0,
+                         dtype=torch.int64)
+        axis = ctx.const([1], torch.int64)
+        cos, sin = (ctx.emit("Expand", [ctx.emit("Squeeze", [t, axis], dtype=dtype), batch], dtype=dtype)
+                    for t in (cos, sin))
+        return ctx.emit("RotaryEmbedding", [x, cos, sin], dtype=dtype)
+    x1, x2 = ctx.emit("Split", [x], outputs=2, axis=-1, num_outputs=2, dtype=dtype)
+    first = ctx.emit("Sub", [ctx.emit("Mul", [x1, cos], dtype=dtype), ctx.emit("Mul", [x2, sin], dtype=dtype)],
+                     dtype=dtype)
+    second = ctx.emit("Add", [ctx.emit("Mul", [x2, cos], dtype=dtype), ctx.emit("Mul", [x1, sin], dtype=dtype)],
+                      dtype=dtype)
+    return ctx.emit("Concat", [first, second], axis=-1, dtype=dtype)
 
 
 def _static_heads(node: torch.fx.Node) -> str | None:
