@@ -80,3 +80,17 @@ def trace_island(fn: Callable[..., Any], args: list[torch.Tensor], dynamic: bool
     traced = make_fx(fn, decomposition_table=decompositions or {},
                      tracing_mode="symbolic" if dynamic else "fake")(*args)
     return Island(traced)
+
+
+def compile_checked(island: Island, vendor: Any) -> Callable[..., list[torch.Tensor]]:
+    """``vendor``'s runner for ``island``, after asserting that the vendor converts every node and that its
+    compile and load add no shape guard."""
+    for node in island.gm.graph.nodes:
+        if node.op == "call_function":
+            assert vendor.conversions.unsupported(node) is None, vendor.conversions.unsupported(node)
+    shape_env = island.shape_env
+    guards = len(shape_env.guards) if shape_env is not None else 0
+    runner = vendor.load(vendor.compile(island.gm), island.gm)
+    if shape_env is not None:
+        assert len(shape_env.guards) == guards, "conversion added guards"
+    return runner
