@@ -1,6 +1,6 @@
 """The layer rules of DESIGN.md, checked statically: no import circles inside a package, no upward import.
 
-Layers, lowest first: diopi < torch_dipu < (op_tools, module_tools, dicp) < ditorch. The source is parsed, not
+Layers, lowest first: diopi < torch_dipu < (op_tools, module_tools, dicp, dlinfer) < ditorch. The source is parsed, not
 imported. Every import counts, at module level or inside a function, including
 ``importlib.import_module("<literal>")``; only imports under ``if TYPE_CHECKING:`` are left out, since
 they never run.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYER = {"diopi": 0, "torch_dipu": 1, "op_tools": 2, "module_tools": 2, "dicp": 2, "ditorch": 3}
+LAYER = {"diopi": 0, "torch_dipu": 1, "op_tools": 2, "module_tools": 2, "dicp": 2, "dlinfer": 2, "ditorch": 3}
 
 
 def _module_name(path: Path) -> str:
@@ -112,13 +112,13 @@ def find_cycles(package: str) -> list[list[str]]:
     return cycles
 
 
-@pytest.mark.parametrize("package", ["diopi", "torch_dipu", "op_tools"])
+@pytest.mark.parametrize("package", ["diopi", "torch_dipu", "op_tools", "dlinfer"])
 def test_no_import_cycles(package: str) -> None:
     cycles = find_cycles(package)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("package", ["diopi", "torch_dipu", "op_tools", "module_tools"])
+@pytest.mark.parametrize("package", ["diopi", "torch_dipu", "op_tools", "module_tools", "dicp", "dlinfer"])
 def test_no_import_of_a_higher_layer(package: str) -> None:
     upward = [
         f"{module} imports {target}"

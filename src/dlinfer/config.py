@@ -1,0 +1,51 @@
+"""Every environment variable dlinfer reads, in one place (documented in docs/environment.md), parsed once when
+the first dlinfer operator runs (:func:`dlinfer_config`), never per call.
+
+- ``DLINFER_KERNELS``: ``vendor`` (default: a vendor kernel where one is registered for the tensors' device,
+  else the reference) or ``reference`` (always the plain-torch reference kernels, e.g. to rule a vendor kernel
+  out while debugging).
+
+A malformed value raises ``ValueError`` naming the variable and the value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["DlinferConfig", "dlinfer_config", "parse_config", "reset_config"]
+
+_KERNEL_CHOICES = ("vendor", "reference")
+
+
+@dataclass(frozen=True)
+class DlinferConfig:
+    kernels: str = "vendor"
+
+
+def parse_config(env: Mapping[str, str] | None = None) -> DlinferConfig:
+    """The configuration from ``env`` (default: ``os.environ``)."""
+    env = os.environ if env is None else env
+    kernels = env.get("DLINFER_KERNELS", "").strip().lower() or "vendor"
+    if kernels not in _KERNEL_CHOICES:
+        raise ValueError(
+            f"DLINFER_KERNELS={env.get('DLINFER_KERNELS')!r}: expected one of {', '.join(_KERNEL_CHOICES)}")
+    return DlinferConfig(kernels=kernels)
+
+
+_config: DlinferConfig | None = None
+
+
+def dlinfer_config() -> DlinferConfig:
+    """The process's configuration, parsed on first use."""
+    global _config
+    if _config is None:
+        _config = parse_config()
+    return _config
+
+
+def reset_config() -> None:
+    """Forget the parsed configuration (tests; the next :func:`dlinfer_config` reads the environment again)."""
+    global _config
+    _config = None

@@ -1,0 +1,1 @@
+"""Framework adaptors: they put dlinfer's operators into an inference framework without editing its files."""

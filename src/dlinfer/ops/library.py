@@ -1,0 +1,93 @@
+"""One ``torch.library`` registration per dlinfer operator, serving op mode and graph mode alike.
+
+:func:`define` declares ``dlinfer::<name>`` with its schema and a fake (meta) implementation, and registers one
+kernel that asks :data:`dlinfer.registry.registry` for the kernel of the tensors' device:
+
+- ``CompositeExplicitAutograd``: every backend whose tensors reach the backend keys (cpu, cuda, ...);
+- ``AutogradPrivateUse1``: a Python device (torch_dipu's ``dipu``) wraps its tensors in a
+  ``__torch_dispatch__`` subclass, which would otherwise see the call first and run it on the CPU. The kernel is
+  registered one key earlier so the device's tensors reach the registry as they are. Under tracing (fake or
+  functional tensors) it steps below autograd, so the fake implementation answers and the op stays one node.
+
+``torch.compile`` captures each operator as a single graph node (the fake implementation gives its output
+metadata); a dispatch-level trace (``TorchDispatchMode``) sees every dlinfer operator that runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import is_fake
+
+from dlinfer.registry import device_type_of, registry
+
+__all__ = ["NAMESPACE", "define", "defined_ops"]
+
+NAMESPACE = "dlinfer"
+_LIB = torch.library.Library(NAMESPACE, "DEF")
+_DEFINED: list[str] = []
+
+
+def _traced(args: tuple) -> bool:
+    for a in args:
+        items = a if isinstance(a, (list, tuple)) else (a,)
+        for t in items:
+            if isinstance(t, torch.Tensor) and (is_fake(t) or torch._is_functional_tensor(t)):
+                return True
+    return False
+
+
+def _binder(schema: torch._C.FunctionSchema) -> Callable[[tuple, dict], tuple]:
+    """``(args, kwargs) -> every argument positionally``, defaults filled in (the dispatcher drops arguments equal
+    to their default), so kernels and fakes always see the whole signature."""
+    params = [(a.name, a.default_value, a.has_default_value()) for a in schema.arguments]
+
+    def bind(args: tuple, kwargs: dict) -> tuple:
+        if not kwargs and len(args) == len(params):
+            return args
+        out = list(args)
+        for pname, default, has_default in params[len(args):]:
+            if pname in kwargs:
+                out.append(kwargs[pname])
+            elif has_default:
+                out.append(default)
+            else:
+                raise TypeError(f"dlinfer::{schema.name}: missing argument {pname!r}")
+        return tuple(out)
+
+    return bind
+
+
+def define(name: str, schema: str, fake: Callable[..., Any]) -> torch._ops.OpOverloadPacket:
+    """Declare ``dlinfer::name`` with ``schema`` (the argument list and returns, e.g.
+    ``"(Tensor x, float eps) -> Tensor"``) and its fake implementation; return ``torch.ops.dlinfer.name``.
+    Kernels and the fake always receive every argument positionally (defaults filled in)."""
+    _LIB.define(f"{name}{schema}")
+    packet = getattr(torch.ops.dlinfer, name)
+    bind = _binder(packet.default._schema)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        full = bind(args, kwargs)
+        return registry.dispatch(name, device_type_of(*full), *full)
+
+    def autograd_kernel(*args: Any, **kwargs: Any) -> Any:
+        if _traced(args):
+            with torch._C._AutoDispatchBelowAutograd():
+                return packet.default(*args, **kwargs)
+        return kernel(*args, **kwargs)
+
+    def fake_kernel(*args: Any, **kwargs: Any) -> Any:
+        return fake(*bind(args, kwargs))
+
+    _LIB.impl(name, kernel, "CompositeExplicitAutograd")
+    _LIB.impl(name, autograd_kernel, "AutogradPrivateUse1")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake_kernel, lib=_LIB)
+    _DEFINED.append(name)
+    return packet
+
+
+def defined_ops() -> list[str]:
+    """The names of every defined dlinfer operator, in definition order."""
+    return list(_DEFINED)
