@@ -1,7 +1,8 @@
 """The kernel registry: which function computes a dlinfer operator for the tensors' device.
 
-Every operator has a *reference* kernel in plain torch (``dlinfer.reference``), which runs on any device whose
-PyTorch backend has the ATen operators it uses. A vendor adds its own kernels per device type::
+Every operator has a *reference* kernel in plain torch (``dlinfer.reference``, handed over by its ``register``),
+which runs on any device whose PyTorch backend has the ATen operators it uses. A vendor adds its own kernels per
+device type::
 
     def register(registry: KernelRegistry) -> None:        # the entry point, group "dlinfer.vendors"
         @registry.register("rms_norm", device_type="npu", name="ascend")
@@ -75,7 +76,7 @@ class KernelRegistry:
         if self._loaded:
             return
         self._loaded = True
-        importlib.import_module("dlinfer.reference")
+        importlib.import_module("dlinfer.reference").register(self)
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             try:
                 ep.load()(self)

@@ -1,0 +1,80 @@
+"""The per-step context: what every layer's attention reads about the batch, built once per forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .block_manager import BlockManager
+
+__all__ = ["StepContext", "build_context"]
+
+
+@dataclass
+class StepContext:
+    """The lengths and slots of one forward (the conventions of ``dlinfer.ops.llm``), on the model's device.
+
+    ``token_index`` lists, for each packed (non-padding) new token, its flat index in the ``(batch * q_len)``
+    grid of the forward's input; it is ``None`` when no new token is padding (the grid is the packed tensor).
+    """
+
+    block_table: Tensor        # (batch, max_blocks_per_seq) int32
+    kv_seq_len: Tensor         # (batch,) int32: cached + new tokens per sequence
+    q_seq_len: Tensor          # (batch,) int32: new (non-padding) tokens per sequence
+    q_start_loc: Tensor        # (batch,) int32: first packed token of each sequence
+    kv_indices: Tensor         # (num_new_tokens,) int64: flat cache slot of each packed token
+    token_index: Tensor | None  # (num_new_tokens,) int64, or None without padding
+    max_q_seq_len: int
+    max_kv_seq_len: int
+    is_decoding: bool          # one new token per sequence, every sequence has cached tokens
+    has_past: bool             # some sequence has cached tokens (paged prefill when not decoding)
+    batch_size: int
+    q_len: int                 # the forward's padded query length
+
+
+def build_context(manager: BlockManager, cached: list[int], valid: list[list[bool]],
+                  device: torch.device) -> StepContext:
+    """Reserve blocks for the new tokens of each sequence (``valid[b][i]``: token ``i`` of row ``b`` is real,
+    not padding) after ``cached[b]`` cached tokens, and return the step's context. ``cached`` is updated."""
+    batch, q_len = len(valid), len(valid[0]) if valid else 0
+    q_lens = [sum(row) for row in valid]
+    manager.reserve({b: cached[b] + q_lens[b] for b in range(batch)})
+    slots: list[int] = []
+    flat: list[int] = []
+    for b, row in enumerate(valid):
+        position = cached[b]
+        for i, real in enumerate(row):
+            if real:
+                slots.append(manager.slot(b, position))
+                flat.append(b * q_len + i)
+                position += 1
+    kv_lens = [cached[b] + q_lens[b] for b in range(batch)]
+    width = max(1, max(len(manager.tables.get(b, ())) for b in range(batch)))
+    table = torch.zeros((batch, width), dtype=torch.int32)
+    for b in range(batch):
+        row = manager.tables.get(b, [])
+        table[b, :len(row)] = torch.tensor(row, dtype=torch.int32)
+    starts = [0] * batch
+    for b in range(1, batch):
+        starts[b] = starts[b - 1] + q_lens[b - 1]
+    has_past = any(c > 0 for c in cached)
+    padded = len(flat) != batch * q_len
+    ctx = StepContext(
+        block_table=table.to(device),
+        kv_seq_len=torch.tensor(kv_lens, dtype=torch.int32).to(device),
+        q_seq_len=torch.tensor(q_lens, dtype=torch.int32).to(device),
+        q_start_loc=torch.tensor(starts, dtype=torch.int32).to(device),
+        kv_indices=torch.tensor(slots, dtype=torch.int64).to(device),
+        token_index=torch.tensor(flat, dtype=torch.int64).to(device) if padded else None,
+        max_q_seq_len=max(q_lens, default=0),
+        max_kv_seq_len=max(kv_lens, default=0),
+        is_decoding=q_len == 1 and not padded and all(c > 0 for c in cached),
+        has_past=has_past,
+        batch_size=batch,
+        q_len=q_len,
+    )
+    for b in range(batch):
+        cached[b] = kv_lens[b]
+    return ctx

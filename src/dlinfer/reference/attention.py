@@ -1,0 +1,243 @@
+"""Reference attention kernels: prefill over token-packed sequences, and decode/prefill over the paged cache.
+
+Sequences are padded into one batch (no per-token Python loops) and computed in eager attention's order, as HF's
+``eager_attention_forward``: ``(q @ k^T) * scale`` in the input dtype, masked, softmax in float32, back to the
+input dtype, ``@ v``. Grouped-query heads: query head ``h`` reads kv head ``h // (num_q_heads // num_kv_heads)``.
+``alibi_slopes`` (one per query head) add ``slope * (key_pos - query_pos)`` to the scores before masking.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ._checks import check_heads, check_quant_bits, check_rank
+from ._table import reference
+from .kv_cache import gather_kv
+
+__all__ = ["check_paged_decode", "check_paged_prefill", "check_prefill", "paged_decode_attention",
+           "paged_prefill_attention", "prefill_attention"]
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float | None,
+            alibi: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """q ``(B, L, Hq, D)``, k/v ``(B, S, Hkv, D)``, allowed ``(B, [H,] L, S)`` bool; ``q_pos (B, L)``, ``k_pos
+    (S,)`` positions for alibi. Returns ``(B, L, Hq, Dv)``."""
+    batch, length, hq, dim = q.shape
+    hkv = k.shape[2]
+    groups = hq // hkv
+    qh = q.transpose(1, 2)                                                   # (B, Hq, L, D)
+    kh = k.transpose(1, 2)[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, hq, -1, dim)
+    vh = v.transpose(1, 2)[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, hq, -1, v.shape[-1])
+    scores = torch.matmul(qh, kh.transpose(2, 3)) * (1.0 / math.sqrt(dim) if scale is None else scale)
+    scores = scores.to(torch.float32)
+    if alibi is not None:
+        rel = (k_pos.view(1, 1, -1) - q_pos.unsqueeze(-1)).to(torch.float32)  # (B, L, S)
+        scores = scores + alibi.view(1, hq, 1, 1) * rel.unsqueeze(1)
+    if allowed.dim() == 3:
+        allowed = allowed.unsqueeze(1)
+    scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
+    probs = torch.softmax(scores, dim=-1).to(q.dtype)
+    return torch.matmul(probs, vh).transpose(1, 2)                           # (B, L, Hq, Dv)
+
+
+def _alibi(op: str, slopes: Sequence[float] | None, hq: int, device: torch.device) -> Tensor | None:
+    if slopes is None:
+        return None
+    if len(slopes) != hq:
+        raise ValueError(f"{op}: alibi_slopes has {len(slopes)} values, one per query head ({hq}) expected")
+    return torch.tensor(list(slopes), dtype=torch.float32, device=device)
+
+
+def _token_layout(q_start_loc: Tensor, q_seq_len: Tensor, num_tokens: int,
+                  max_q: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(seq_of_token, index_in_seq, gather (B, max_q) token indices, valid (B, max_q))``."""
+    batch = q_seq_len.shape[0]
+    device = q_seq_len.device
+    lens = q_seq_len.long()
+    starts = q_start_loc.long()
+    seq = torch.repeat_interleave(torch.arange(batch, device=device), lens, output_size=num_tokens)
+    index = torch.arange(num_tokens, device=device) - starts[seq]
+    ar = torch.arange(max_q, device=device)
+    valid = ar.unsqueeze(0) < lens.unsqueeze(1)
+    gather = (starts.unsqueeze(1) + ar.unsqueeze(0)).clamp(0, max(num_tokens - 1, 0))
+    return seq, index, gather, valid
+
+
+def _user_masks(op: str, masks: Sequence[Tensor | None], default: Tensor) -> Tensor:
+    """Replace sequence ``b``'s rule in ``default`` ``(B, L, S)`` by ``masks[b]`` (True = not allowed)."""
+    if len(masks) != default.shape[0]:
+        raise ValueError(f"{op}: attn_mask has {len(masks)} masks, one per sequence ({default.shape[0]}) expected")
+    allowed = default.clone()
+    for b, m in enumerate(masks):
+        if m is None:
+            continue
+        ql, kl = m.shape[-2], m.shape[-1]
+        if ql > allowed.shape[1] or kl > allowed.shape[2]:
+            raise ValueError(f"{op}: attn_mask[{b}] of shape {tuple(m.shape)} is larger than the sequence")
+        sub = ~m.to(torch.bool)
+        while sub.dim() > 2:
+            sub = sub.all(0)
+        allowed[b, :ql, :kl] = sub
+        allowed[b, :ql, kl:] = False
+    return allowed
+
+
+def _check_lengths(op: str, q_start_loc: Tensor, q_seq_len: Tensor) -> None:
+    check_rank(op, "q_seq_len", q_seq_len, 1)
+    if q_start_loc.shape != q_seq_len.shape:
+        raise ValueError(f"{op}: q_start_loc {tuple(q_start_loc.shape)} and q_seq_len {tuple(q_seq_len.shape)} "
+                         "must both be (batch,)")
+
+
+def check_prefill(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
+                  num_q_heads: int, num_kv_heads: int) -> None:
+    """``prefill_attention``'s shape checks (shared with vendor kernels)."""
+    op = "prefill_attention"
+    check_rank(op, "query", query, 3)
+    check_rank(op, "key", key, 3)
+    check_heads(op, num_q_heads, num_kv_heads, query, key)
+    if key.shape[0] != query.shape[0] or value.shape[:2] != key.shape[:2]:
+        raise ValueError(f"{op}: key {tuple(key.shape)} / value {tuple(value.shape)} must have query's "
+                         f"{query.shape[0]} tokens and num_kv_heads heads")
+    _check_lengths(op, q_start_loc, q_seq_len)
+
+
+def check_paged_decode(query: Tensor, key_cache: Tensor, block_table: Tensor, block_size: int, kv_seq_len: Tensor,
+                       max_kv_seq_len: int, num_q_heads: int, num_kv_heads: int) -> None:
+    """``paged_decode_attention``'s shape checks (shared with vendor kernels)."""
+    op = "paged_decode_attention"
+    check_rank(op, "query", query, 3)
+    check_rank(op, "key_cache", key_cache, 4)
+    check_heads(op, num_q_heads, num_kv_heads, query, key_cache)
+    check_rank(op, "kv_seq_len", kv_seq_len, 1)
+    check_rank(op, "block_table", block_table, 2)
+    if block_table.shape[0] != query.shape[0] or kv_seq_len.shape[0] != query.shape[0]:
+        raise ValueError(f"{op}: block_table {tuple(block_table.shape)} and kv_seq_len {tuple(kv_seq_len.shape)} "
+                         f"must have one row per query ({query.shape[0]})")
+    _check_table(op, key_cache, block_table, block_size, max_kv_seq_len)
+
+
+def check_paged_prefill(query: Tensor, key_cache: Tensor, block_table: Tensor, block_size: int,
+                        q_start_loc: Tensor, q_seq_len: Tensor, kv_seq_len: Tensor, num_q_heads: int,
+                        num_kv_heads: int) -> None:
+    """``paged_prefill_attention``'s shape checks (shared with vendor kernels)."""
+    op = "paged_prefill_attention"
+    check_rank(op, "query", query, 3)
+    check_rank(op, "key_cache", key_cache, 4)
+    check_heads(op, num_q_heads, num_kv_heads, query, key_cache)
+    _check_lengths(op, q_start_loc, q_seq_len)
+    check_rank(op, "block_table", block_table, 2)
+    if kv_seq_len.shape != q_seq_len.shape or block_table.shape[0] != q_seq_len.shape[0]:
+        raise ValueError(f"{op}: kv_seq_len {tuple(kv_seq_len.shape)} and block_table {tuple(block_table.shape)} "
+                         f"must have one row per sequence ({q_seq_len.shape[0]})")
+    if key_cache.shape[1] != block_size:
+        raise ValueError(f"{op}: block_size={block_size} does not match key_cache {tuple(key_cache.shape)}")
+
+
+def _check_table(op: str, key_cache: Tensor, block_table: Tensor, block_size: int, length: int) -> None:
+    if key_cache.shape[1] != block_size:
+        raise ValueError(f"{op}: block_size={block_size} does not match key_cache {tuple(key_cache.shape)}")
+    need = -(-length // block_size)
+    if block_table.shape[1] < need:
+        raise ValueError(f"{op}: block_table has {block_table.shape[1]} blocks per sequence, fewer than the {need} "
+                         f"that {length} positions of block_size {block_size} need")
+
+
+@reference("prefill_attention")
+def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
+                      max_q_seq_len: int, num_q_heads: int, num_kv_heads: int, attn_mask: list[Tensor | None],
+                      softmax_scale: float | None, alibi_slopes: list[float] | None) -> Tensor:
+    """Causal attention of every packed sequence over its own keys."""
+    op = "prefill_attention"
+    check_prefill(query, key, value, q_start_loc, q_seq_len, num_q_heads, num_kv_heads)
+    num_tokens = query.shape[0]
+    seq, index, gather, valid = _token_layout(q_start_loc, q_seq_len, num_tokens, max_q_seq_len)
+    pos = torch.arange(max_q_seq_len, device=query.device)
+    allowed = (pos.view(1, -1) <= pos.view(-1, 1)).unsqueeze(0) & valid.unsqueeze(1)    # (B, L, S)
+    if attn_mask:
+        allowed = _user_masks(op, attn_mask, allowed)
+    alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
+    out = _attend(query[gather], key[gather], value[gather], allowed, softmax_scale, alibi,
+                  pos.unsqueeze(0).expand(gather.shape[0], -1), pos)
+    return out[seq, index]
+
+
+def _quant_args(op: str, quant_bits: int, key_cache: Tensor, k_scale: Tensor | None, k_zero: Tensor | None,
+                v_scale: Tensor | None, v_zero: Tensor | None) -> bool:
+    check_quant_bits(op, quant_bits)
+    if quant_bits == 0:
+        return False
+    for name, t in (("k_scale", k_scale), ("k_zero", k_zero), ("v_scale", v_scale), ("v_zero", v_zero)):
+        if t is None or t.shape != key_cache.shape[:3]:
+            raise ValueError(f"{op}: quant_bits=8 needs {name} of shape {tuple(key_cache.shape[:3])} (kv_scales/"
+                             f"kv_zeros), got {None if t is None else tuple(t.shape)}")
+    return True
+
+
+def _gather_pair(key_cache: Tensor, value_cache: Tensor, block_table: Tensor, block_size: int, length: int,
+                 quant: bool, scales: tuple, dtype: torch.dtype, op: str) -> tuple[Tensor, Tensor]:
+    check_rank(op, "block_table", block_table, 2)
+    try:
+        if quant:
+            k_scale, k_zero, v_scale, v_zero = scales
+            return (gather_kv(key_cache, block_table, block_size, length, k_scale, k_zero, dtype),
+                    gather_kv(value_cache, block_table, block_size, length, v_scale, v_zero, dtype))
+        return (gather_kv(key_cache, block_table, block_size, length),
+                gather_kv(value_cache, block_table, block_size, length))
+    except ValueError as exc:
+        raise ValueError(f"{op}: {exc}") from None
+
+
+@reference("paged_decode_attention")
+def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor,
+                           block_size: int, kv_seq_len: Tensor, max_kv_seq_len: int, num_q_heads: int,
+                           num_kv_heads: int, softmax_scale: float | None, alibi_slopes: list[float] | None,
+                           k_scale: Tensor | None, k_zero: Tensor | None, v_scale: Tensor | None,
+                           v_zero: Tensor | None, quant_bits: int) -> Tensor:
+    """One query per sequence over its first ``kv_seq_len[b]`` cached positions."""
+    op = "paged_decode_attention"
+    check_paged_decode(query, key_cache, block_table, block_size, kv_seq_len, max_kv_seq_len, num_q_heads,
+                       num_kv_heads)
+    quant = _quant_args(op, quant_bits, key_cache, k_scale, k_zero, v_scale, v_zero)
+    k, v = _gather_pair(key_cache, value_cache, block_table, block_size, max_kv_seq_len, quant,
+                        (k_scale, k_zero, v_scale, v_zero), query.dtype, op)
+    k_pos = torch.arange(max_kv_seq_len, device=query.device)
+    allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1)).unsqueeze(1)        # (B, 1, S)
+    alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
+    q_pos = (kv_seq_len.long() - 1).unsqueeze(1)
+    return _attend(query.unsqueeze(1), k, v, allowed, softmax_scale, alibi, q_pos, k_pos).squeeze(1)
+
+
+@reference("paged_prefill_attention")
+def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
+                            block_table: Tensor, block_size: int, q_start_loc: Tensor, q_seq_len: Tensor,
+                            kv_seq_len: Tensor, max_q_seq_len: int, num_q_heads: int, num_kv_heads: int,
+                            attn_mask: list[Tensor | None], softmax_scale: float | None,
+                            alibi_slopes: list[float] | None, k_scale: Tensor | None, k_zero: Tensor | None,
+                            v_scale: Tensor | None, v_zero: Tensor | None, quant_bits: int) -> Tensor:
+    """Causal attention of packed new queries over the cache (which already holds their keys): query ``i`` of a
+    sequence with ``q`` new and ``kv`` total tokens sits at position ``kv - q + i``."""
+    op = "paged_prefill_attention"
+    check_paged_prefill(query, key_cache, block_table, block_size, q_start_loc, q_seq_len, kv_seq_len, num_q_heads,
+                        num_kv_heads)
+    quant = _quant_args(op, quant_bits, key_cache, k_scale, k_zero, v_scale, v_zero)
+    max_kv = int(kv_seq_len.max()) if kv_seq_len.numel() else 0  # the one host sync: the padded key length
+    _check_table(op, key_cache, block_table, block_size, max_kv)
+    k, v = _gather_pair(key_cache, value_cache, block_table, block_size, max_kv, quant,
+                        (k_scale, k_zero, v_scale, v_zero), query.dtype, op)
+    num_tokens = query.shape[0]
+    seq, index, gather, valid = _token_layout(q_start_loc, q_seq_len, num_tokens, max_q_seq_len)
+    kv_len = kv_seq_len.long()
+    q_pos = (kv_len - q_seq_len.long()).unsqueeze(1) + torch.arange(max_q_seq_len, device=query.device)
+    k_pos = torch.arange(max_kv, device=query.device)
+    allowed = (k_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)) & (k_pos.view(1, 1, -1) < kv_len.view(-1, 1, 1))
+    allowed = allowed & valid.unsqueeze(-1)
+    if attn_mask:
+        allowed = _user_masks(op, attn_mask, allowed)
+    alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
+    out = _attend(query[gather], k, v, allowed, softmax_scale, alibi, q_pos, k_pos)
+    return out[seq, index]

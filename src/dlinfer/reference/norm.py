@@ -1,0 +1,38 @@
+"""Reference RMS norms, in HF LlamaRMSNorm's operation order: float32 statistics, back to the input dtype, then
+times the weight."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._table import reference
+
+__all__ = ["add_rms_norm", "rms_norm"]
+
+
+def _rms(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
+    if weight.shape[-1] != hidden_states.shape[-1]:
+        raise ValueError(f"rms_norm: weight {tuple(weight.shape)} does not match the last dimension of "
+                         f"hidden_states {tuple(hidden_states.shape)}")
+    dtype = hidden_states.dtype
+    x = hidden_states.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + epsilon)
+    return (weight * x.to(dtype)).to(dtype)
+
+
+@reference("rms_norm")
+def rms_norm(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
+    """``weight * (x * rsqrt(mean(x^2) + eps))``, statistics in float32."""
+    return _rms(hidden_states, weight, epsilon)
+
+
+@reference("add_rms_norm")
+def add_rms_norm(hidden_states: Tensor, residual: Tensor, weight: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """``(rms_norm(hidden_states + residual), hidden_states + residual)``."""
+    if residual.shape != hidden_states.shape:
+        raise ValueError(f"add_rms_norm: residual {tuple(residual.shape)} does not match hidden_states "
+                         f"{tuple(hidden_states.shape)}")
+    added = hidden_states + residual
+    return _rms(added, weight, epsilon), added

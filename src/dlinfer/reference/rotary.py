@@ -1,0 +1,53 @@
+"""Reference rotary embedding (HF's ``rotate_half`` form, partial rotary allowed)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._table import reference
+
+__all__ = ["apply_rotary_pos_emb"]
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    rot = cos.shape[-1]
+    if rot > x.shape[-1] or rot % 2:
+        raise ValueError(f"apply_rotary_pos_emb: rotary_dim={rot} must be even and at most head_dim="
+                         f"{x.shape[-1]}")
+    if rot == x.shape[-1]:
+        out = (x * cos) + (_rotate_half(x) * sin)
+    else:
+        x_rot, x_pass = x[..., :rot], x[..., rot:]
+        out = torch.cat(((x_rot * cos) + (_rotate_half(x_rot) * sin), x_pass), dim=-1)
+    return out.to(x.dtype)
+
+
+def _per_head(t: Tensor, x: Tensor) -> Tensor:
+    """``(..., rotary_dim)`` -> ``(..., 1, rotary_dim)`` broadcast over ``x``'s head dimension."""
+    return t if t.dim() == x.dim() else t.unsqueeze(-2)
+
+
+@reference("apply_rotary_pos_emb")
+def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Tensor | None,
+                         position_ids: Tensor | None, cos_sin_cache: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``x * cos + rotate_half(x) * sin`` on the first ``rotary_dim`` features of query and key."""
+    if cos is None or sin is None:
+        if position_ids is None or cos_sin_cache is None:
+            raise ValueError("apply_rotary_pos_emb: give cos and sin, or position_ids and cos_sin_cache")
+        if cos_sin_cache.dim() != 2:
+            raise ValueError(f"apply_rotary_pos_emb: cos_sin_cache must be (max_position, rotary_dim), got "
+                             f"{tuple(cos_sin_cache.shape)}")
+        cos_half, sin_half = cos_sin_cache[position_ids.long()].chunk(2, dim=-1)
+        cos = torch.cat((cos_half, cos_half), dim=-1)
+        sin = torch.cat((sin_half, sin_half), dim=-1)
+    elif cos.shape != sin.shape:
+        raise ValueError(f"apply_rotary_pos_emb: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} differ")
+    cos_q, sin_q = _per_head(cos, query).to(query.dtype), _per_head(sin, query).to(query.dtype)
+    cos_k, sin_k = _per_head(cos, key).to(key.dtype), _per_head(sin, key).to(key.dtype)
+    return _rotate(query, cos_q, sin_q), _rotate(key, cos_k, sin_k)
