@@ -24,6 +24,13 @@ def _info(args: argparse.Namespace) -> int:
     return info.run()
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from ditorch import generate
+
+    return generate.run(args.model, args.prompt or [], max_new_tokens=args.max_new_tokens, use_dlinfer=args.dlinfer,
+                        device=args.device, dtype=args.dtype, block_size=args.block_size)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ditorch",
@@ -63,6 +70,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", metavar="DIR", default=None,
                    help="where --autocompare writes (default $OP_TOOLS_RESULTS_DIR or op_tools_results)")
     p.set_defaults(handler=_demo)
+
+    p = commands.add_parser(
+        "generate",
+        help="greedy generation with a tiny model family or a local HF model, stock or on dlinfer's ops",
+        description="Generate greedily from one or more prompts (one left-padded batch) with a tiny model family "
+                    "(random weights; prompt bytes are the token ids, output shown as ids and a byte-level "
+                    "decode) or a local Hugging Face model directory (nothing downloaded). Prints the generated "
+                    "ids and text per prompt, tokens/s and, with --dlinfer, the dlinfer op counts (docs/dlinfer.md).",
+    )
+    p.add_argument("--model", metavar="NAME", required=True,
+                   help=f"a tiny text family ({', '.join(n for n, f in FAMILIES.items() if not f.image_tokens)}) "
+                        f"or a local Hugging Face model directory")
+    p.add_argument("--prompt", metavar="TEXT", action="append", required=True,
+                   help="a prompt (repeat for a batch)")
+    p.add_argument("--max-new-tokens", type=int_at_least(1), default=16, help="tokens to generate (default 16)")
+    p.add_argument("--dlinfer", action="store_true",
+                   help="run on dlinfer's ops (dlinfer.framework.transformers.install: paged KV cache)")
+    p.add_argument("--device", default=None, help="cpu (default), dipu, dipu:1, ...")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="default float32")
+    p.add_argument("--block-size", type=int_at_least(1), default=16, help="KV cache block size with --dlinfer "
+                                                                          "(default 16)")
+    p.set_defaults(handler=_generate)
 
     p = commands.add_parser("info", help="show the framework, devices, adapters and DITORCH_* switches",
                             description="Show what `import ditorch` found: framework and version, devices and "

@@ -38,6 +38,22 @@ def _is_tensor_value(val: Any) -> bool:
     return isinstance(val, (tuple, list)) and len(val) > 0 and all(isinstance(v, torch.Tensor) for v in val)
 
 
+#: AOTAutograd's functional form of a mutating custom operator: ``(op outputs..., new values of the mutated
+#: inputs)``, None where a mutable optional argument was None (copied back into the inputs after the graph).
+_FUNCTIONALIZED = tuple(getattr(torch.ops.higher_order, n) for n in ("auto_functionalized", "auto_functionalized_v2")
+                        if hasattr(torch.ops.higher_order, n))
+
+
+def _node_is_tensor_value(node: torch.fx.Node) -> bool:
+    """The node's value is a tensor or a tuple of tensors (for a functionalized mutation: None entries allowed)."""
+    val = node.meta.get("val")
+    if _is_tensor_value(val):
+        return True
+    return (node.target in _FUNCTIONALIZED and isinstance(val, (tuple, list))
+            and any(isinstance(v, torch.Tensor) for v in val)
+            and all(v is None or isinstance(v, torch.Tensor) for v in val))
+
+
 def _is_random(node: torch.fx.Node) -> bool:
     """A random draw: an operator tagged ``nondeterministic_seeded``, unless its dropout probability is 0 or it
     is not training (``scaled_dot_product_attention`` with ``dropout_p=0.0``, ``native_dropout(train=False)``)."""
@@ -71,7 +87,7 @@ def _vendor_reason(node: torch.fx.Node, registry: ConversionRegistry, accepted: 
     """None when ``node`` belongs in a vendor island, else why not; ``""`` for a node that is not a tensor
     computation at all (not reported as an eager op)."""
     val = node.meta.get("val")
-    if node.op != "call_function" or not _is_tensor_value(val):
+    if node.op != "call_function" or not _node_is_tensor_value(node):
         return ""
     if node.target is operator.getitem:
         parent = node.args[0]
@@ -130,7 +146,7 @@ def plan_partition(gm: torch.fx.GraphModule, registry: ConversionRegistry) -> Pl
         partitioner = CapabilityBasedPartitioner(gm, _Support(accepted), allows_single_node_partition=True)
         for partition in partitioner.propose_partitions():
             nodes = sorted(partition.nodes, key=order.__getitem__)
-            if any(_is_tensor_value(n.meta.get("val")) and n.target is not operator.getitem for n in nodes):
+            if any(_node_is_tensor_value(n) and n.target is not operator.getitem for n in nodes):
                 islands.append(nodes)
     islands.sort(key=lambda nodes: order[nodes[0]])
     return Plan(vendor=islands, eager=eager, eager_islands=_count_groups(eager_group) if eager_group else 0)

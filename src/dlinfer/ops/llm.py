@@ -34,6 +34,7 @@ captures. Functions returning an LMDeploy ``attn_output`` alias write into it wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -157,6 +158,15 @@ _weight_quant_matmul = define(
 
 
 # -- op mode: LMDeploy's Python signatures -------------------------------------------------------------------------
+def _int(value: Any) -> Any:
+    """A size argument as the schema's ``int``: a Python int or SymInt passes as it is (``int()`` would fix a
+    symbolic size to one value under ``torch.compile``, and every step would compile again); a 0-d tensor or a
+    numpy integer is converted."""
+    if isinstance(value, (int, torch.SymInt)):
+        return value
+    return int(value)
+
+
 def _into(out: Tensor, attn_output: Tensor | None) -> Tensor:
     if attn_output is None:
         return out
@@ -208,8 +218,8 @@ def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Te
                       alibi_slopes: Sequence[float] | None = None, attn_output: Tensor | None = None) -> Tensor:
     """Causal attention over token-packed sequences without a cache (grouped-query heads allowed);
     ``(num_tokens, num_q_heads, head_dim)`` out."""
-    out = _prefill_attention(query, key, value, q_start_loc, q_seq_len, int(max_q_seq_len), int(num_q_heads),
-                             int(num_kv_heads), list(attn_mask or ()), softmax_scale,
+    out = _prefill_attention(query, key, value, q_start_loc, q_seq_len, _int(max_q_seq_len), _int(num_q_heads),
+                             _int(num_kv_heads), list(attn_mask or ()), softmax_scale,
                              None if alibi_slopes is None else [float(s) for s in alibi_slopes])
     return _into(out, attn_output)
 
@@ -223,7 +233,7 @@ def fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Te
     k_scale, k_zero = _pair(k_scales_zeros)
     v_scale, v_zero = _pair(v_scales_zeros)
     torch.ops.dlinfer.fill_kv_cache(key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale,
-                                    v_zero, int(quant_bits))
+                                    v_zero, _int(quant_bits))
     return key_cache, value_cache
 
 
@@ -237,10 +247,10 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
     positions of its sequence."""
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_decode_attention(query, key_cache, value_cache, block_table, int(block_size), kv_seq_len,
-                                  int(max_kv_seq_len), int(num_q_heads), int(num_kv_heads), softmax_scale,
+    out = _paged_decode_attention(query, key_cache, value_cache, block_table, _int(block_size), kv_seq_len,
+                                  _int(max_kv_seq_len), _int(num_q_heads), _int(num_kv_heads), softmax_scale,
                                   None if alibi_slopes is None else [float(s) for s in alibi_slopes],
-                                  k_scale, k_zero, v_scale, v_zero, int(quant_bits or 0))
+                                  k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0))
     return _into(out, attn_output)
 
 
@@ -255,23 +265,23 @@ def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache
     a prompt continued from cached tokens (prefix caching, chunked prefill)."""
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_prefill_attention(query, key, value, key_cache, value_cache, block_table, int(block_size),
-                                   q_start_loc, q_seq_len, kv_seq_len, int(max_q_seq_len), int(num_q_heads),
-                                   int(num_kv_heads), list(attn_mask or ()), softmax_scale,
+    out = _paged_prefill_attention(query, key, value, key_cache, value_cache, block_table, _int(block_size),
+                                   q_start_loc, q_seq_len, kv_seq_len, _int(max_q_seq_len), _int(num_q_heads),
+                                   _int(num_kv_heads), list(attn_mask or ()), softmax_scale,
                                    None if alibi_slopes is None else [float(s) for s in alibi_slopes],
-                                   k_scale, k_zero, v_scale, v_zero, int(quant_bits or 0))
+                                   k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0))
     return _into(out, attn_output)
 
 
 def silu_and_mul(input_tensor: Tensor, dim: int = -1) -> Tensor:
     """``silu(first half) * second half`` of ``input_tensor`` along ``dim``."""
-    return _silu_and_mul(input_tensor, int(dim))
+    return _silu_and_mul(input_tensor, _int(dim))
 
 
 def moe_gating_topk_softmax(router_logits: Tensor, topk: int, renormalize: bool = False) -> tuple[Tensor, Tensor]:
     """Softmax over experts (float32), then the ``topk`` largest: ``(weights float32, expert ids int64)``, each
     ``(..., topk)``; ``renormalize`` makes each token's weights sum to 1."""
-    return _moe_gating(router_logits, int(topk), bool(renormalize))
+    return _moe_gating(router_logits, _int(topk), bool(renormalize))
 
 
 def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor, topk_weights: Tensor,
@@ -279,7 +289,7 @@ def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tens
     """Mixture of experts on ``hidden_states`` ``(num_tokens, hidden)``: ``gate_up_weights`` ``(num_experts,
     2 * intermediate, hidden)`` (gate rows first), ``down_weights`` ``(num_experts, hidden, intermediate)``;
     ``sum_k topk_weights[:, k] * down_e(silu(gate_e x) * up_e x)`` with ``e = topk_ids[:, k]``."""
-    return _fused_moe(hidden_states, gate_up_weights, down_weights, topk_weights, topk_ids, int(topk),
+    return _fused_moe(hidden_states, gate_up_weights, down_weights, topk_weights, topk_ids, _int(topk),
                       bool(renormalize))
 
 
@@ -317,4 +327,4 @@ def add_rms_norm_w8a8(hidden_states: Tensor, residual: Tensor, weight: Tensor, e
 def weight_quant_matmul(x: Tensor, qweight: Tensor, scale: Tensor, offset: Tensor | None = None,
                         bias: Tensor | None = None, all_reduce: bool = False, group_size: int = 0) -> Tensor:
     """``x @ dequant(qweight) + bias`` with int4 (packed uint8) or int8 weights ``(in, out)`` (W4A16/W8A16)."""
-    return _weight_quant_matmul(x, qweight, scale, offset, bias, bool(all_reduce), int(group_size))
+    return _weight_quant_matmul(x, qweight, scale, offset, bias, bool(all_reduce), _int(group_size))

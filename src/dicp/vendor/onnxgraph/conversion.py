@@ -148,7 +148,8 @@ def common_dtype(ctx: ConversionContext, *xs: Any) -> torch.dtype:
 
 
 def _load() -> None:
-    from . import convert_attention, convert_math, convert_nn, convert_shape  # noqa: F401  (they register their converters)
+    # they register their converters (convert_dlinfer: dlinfer's LLM operators, docs/dlinfer.md "Graph mode")
+    from . import convert_attention, convert_dlinfer, convert_math, convert_nn, convert_shape  # noqa: F401
 
 
 _load()
