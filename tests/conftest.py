@@ -10,3 +10,10 @@ import os
 
 os.environ["DITORCH_DISABLE_MOCK"] = "1"
 os.environ["DITORCH_QUIET"] = "1"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # CI runs two xdist workers on two cores: one intra-op thread each, so torch's thread pools do not fight
+    # over the cores (a 16-token generate() took seconds instead of tens of milliseconds when they did)
+    import torch
+
+    torch.set_num_threads(1)

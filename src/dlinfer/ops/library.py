@@ -43,10 +43,17 @@ def _binder(schema: torch._C.FunctionSchema) -> Callable[[tuple, dict], tuple]:
     """``(args, kwargs) -> every argument positionally``, defaults filled in (the dispatcher drops arguments equal
     to their default), so kernels and fakes always see the whole signature."""
     params = [(a.name, a.default_value, a.has_default_value()) for a in schema.arguments]
+    first_default = len(params)
+    while first_default and params[first_default - 1][2]:
+        first_default -= 1
+    defaults = tuple(p[1] for p in params)
 
     def bind(args: tuple, kwargs: dict) -> tuple:
-        if not kwargs and len(args) == len(params):
-            return args
+        if not kwargs:
+            if len(args) == len(params):
+                return args
+            if len(args) >= first_default:  # the dispatcher dropped trailing arguments equal to their default
+                return args + defaults[len(args):]
         out = list(args)
         for pname, default, has_default in params[len(args):]:
             if pname in kwargs:

@@ -193,12 +193,12 @@ def _pair(value: Sequence[Tensor | None] | Tensor | None) -> tuple[Tensor | None
 
 def rms_norm(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
     """RMS norm over the last dimension: ``x / sqrt(mean(x^2) + epsilon) * weight`` (computed in float32)."""
-    return _rms_norm(hidden_states, weight, float(epsilon))
+    return _rms_norm.default(hidden_states, weight, float(epsilon))
 
 
 def add_rms_norm(hidden_states: Tensor, residual: Tensor, weight: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
     """``added = hidden_states + residual``; returns ``(rms_norm(added), added)``."""
-    return _add_rms_norm(hidden_states, residual, weight, float(epsilon))
+    return _add_rms_norm.default(hidden_states, residual, weight, float(epsilon))
 
 
 def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Tensor | None,
@@ -209,7 +209,7 @@ def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Te
     (broadcast over the head dimension; HF's duplicated-halves layout) or ``position_ids`` ``(...)`` with
     ``cos_sin_cache`` ``(max_position, rotary_dim)`` holding ``[cos_half | sin_half]``. ``rotary_dim <
     head_dim`` rotates the first ``rotary_dim`` features only (partial rotary)."""
-    return _rotary(query, key, cos, sin, position_ids, cos_sin_cache)
+    return _rotary.default(query, key, cos, sin, position_ids, cos_sin_cache)
 
 
 def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
@@ -218,7 +218,7 @@ def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Te
                       alibi_slopes: Sequence[float] | None = None, attn_output: Tensor | None = None) -> Tensor:
     """Causal attention over token-packed sequences without a cache (grouped-query heads allowed);
     ``(num_tokens, num_q_heads, head_dim)`` out."""
-    out = _prefill_attention(query, key, value, q_start_loc, q_seq_len, _int(max_q_seq_len), _int(num_q_heads),
+    out = _prefill_attention.default(query, key, value, q_start_loc, q_seq_len, _int(max_q_seq_len), _int(num_q_heads),
                              _int(num_kv_heads), list(attn_mask or ()), softmax_scale,
                              None if alibi_slopes is None else [float(s) for s in alibi_slopes])
     return _into(out, attn_output)
@@ -232,7 +232,7 @@ def fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Te
     Returns ``(key_cache, value_cache)``."""
     k_scale, k_zero = _pair(k_scales_zeros)
     v_scale, v_zero = _pair(v_scales_zeros)
-    torch.ops.dlinfer.fill_kv_cache(key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale,
+    _fill_kv_cache.default(key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale,
                                     v_zero, _int(quant_bits))
     return key_cache, value_cache
 
@@ -247,7 +247,7 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
     positions of its sequence."""
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_decode_attention(query, key_cache, value_cache, block_table, _int(block_size), kv_seq_len,
+    out = _paged_decode_attention.default(query, key_cache, value_cache, block_table, _int(block_size), kv_seq_len,
                                   _int(max_kv_seq_len), _int(num_q_heads), _int(num_kv_heads), softmax_scale,
                                   None if alibi_slopes is None else [float(s) for s in alibi_slopes],
                                   k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0))
@@ -265,7 +265,7 @@ def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache
     a prompt continued from cached tokens (prefix caching, chunked prefill)."""
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_prefill_attention(query, key, value, key_cache, value_cache, block_table, _int(block_size),
+    out = _paged_prefill_attention.default(query, key, value, key_cache, value_cache, block_table, _int(block_size),
                                    q_start_loc, q_seq_len, kv_seq_len, _int(max_q_seq_len), _int(num_q_heads),
                                    _int(num_kv_heads), list(attn_mask or ()), softmax_scale,
                                    None if alibi_slopes is None else [float(s) for s in alibi_slopes],
@@ -275,13 +275,13 @@ def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache
 
 def silu_and_mul(input_tensor: Tensor, dim: int = -1) -> Tensor:
     """``silu(first half) * second half`` of ``input_tensor`` along ``dim``."""
-    return _silu_and_mul(input_tensor, _int(dim))
+    return _silu_and_mul.default(input_tensor, _int(dim))
 
 
 def moe_gating_topk_softmax(router_logits: Tensor, topk: int, renormalize: bool = False) -> tuple[Tensor, Tensor]:
     """Softmax over experts (float32), then the ``topk`` largest: ``(weights float32, expert ids int64)``, each
     ``(..., topk)``; ``renormalize`` makes each token's weights sum to 1."""
-    return _moe_gating(router_logits, _int(topk), bool(renormalize))
+    return _moe_gating.default(router_logits, _int(topk), bool(renormalize))
 
 
 def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor, topk_weights: Tensor,
@@ -289,42 +289,42 @@ def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tens
     """Mixture of experts on ``hidden_states`` ``(num_tokens, hidden)``: ``gate_up_weights`` ``(num_experts,
     2 * intermediate, hidden)`` (gate rows first), ``down_weights`` ``(num_experts, hidden, intermediate)``;
     ``sum_k topk_weights[:, k] * down_e(silu(gate_e x) * up_e x)`` with ``e = topk_ids[:, k]``."""
-    return _fused_moe(hidden_states, gate_up_weights, down_weights, topk_weights, topk_ids, _int(topk),
+    return _fused_moe.default(hidden_states, gate_up_weights, down_weights, topk_weights, topk_ids, _int(topk),
                       bool(renormalize))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, all_reduce: bool = False) -> Tensor:
     """``x @ weight.T + bias``; ``all_reduce`` sums the result over the default process group (tensor
     parallelism)."""
-    return _linear(x, weight, bias, bool(all_reduce))
+    return _linear.default(x, weight, bias, bool(all_reduce))
 
 
 def dynamic_quant(x: Tensor, quant_dtype: torch.dtype = torch.int8,
                   quant_granularity: str = "PER_TOKEN") -> tuple[Tensor, Tensor]:
     """Symmetric per-token int8 quantization: ``(q int8, scale float32 (..., 1))``, ``x ~= q * scale``."""
-    return _dynamic_quant(x, quant_dtype, quant_granularity)
+    return _dynamic_quant.default(x, quant_dtype, quant_granularity)
 
 
 def linear_w8a8(a: Tensor, b: Tensor, rms_scale: Tensor, linear_scale: Tensor, out_dtype: torch.dtype,
                 quant_dtype: torch.dtype = torch.int8, bias: Tensor | None = None) -> Tensor:
     """int8 ``a`` ``(..., in)`` with per-token ``rms_scale`` times int8 ``b`` ``(out, in)`` with per-channel
     ``linear_scale``, accumulated in int32, scaled, plus ``bias``, in ``out_dtype``."""
-    return _linear_w8a8(a, b, rms_scale, linear_scale, out_dtype, quant_dtype, bias)
+    return _linear_w8a8.default(a, b, rms_scale, linear_scale, out_dtype, quant_dtype, bias)
 
 
 def rms_norm_w8a8(hidden_states: Tensor, weight: Tensor, epsilon: float,
                   quant_dtype: torch.dtype = torch.int8) -> tuple[Tensor, Tensor]:
     """``dynamic_quant(rms_norm(hidden_states))``: ``(q int8, scale (..., 1))``."""
-    return _rms_norm_w8a8(hidden_states, weight, float(epsilon), quant_dtype)
+    return _rms_norm_w8a8.default(hidden_states, weight, float(epsilon), quant_dtype)
 
 
 def add_rms_norm_w8a8(hidden_states: Tensor, residual: Tensor, weight: Tensor, epsilon: float,
                       quant_dtype: torch.dtype = torch.int8) -> tuple[Tensor, Tensor, Tensor]:
     """``added = hidden_states + residual``; ``(q, scale, added)`` with ``q, scale = rms_norm_w8a8(added)``."""
-    return _add_rms_norm_w8a8(hidden_states, residual, weight, float(epsilon), quant_dtype)
+    return _add_rms_norm_w8a8.default(hidden_states, residual, weight, float(epsilon), quant_dtype)
 
 
 def weight_quant_matmul(x: Tensor, qweight: Tensor, scale: Tensor, offset: Tensor | None = None,
                         bias: Tensor | None = None, all_reduce: bool = False, group_size: int = 0) -> Tensor:
     """``x @ dequant(qweight) + bias`` with int4 (packed uint8) or int8 weights ``(in, out)`` (W4A16/W8A16)."""
-    return _weight_quant_matmul(x, qweight, scale, offset, bias, bool(all_reduce), _int(group_size))
+    return _weight_quant_matmul.default(x, qweight, scale, offset, bias, bool(all_reduce), _int(group_size))

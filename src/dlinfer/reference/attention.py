@@ -4,6 +4,7 @@ Sequences are padded into one batch (no per-token Python loops) and computed in 
 ``eager_attention_forward``: ``(q @ k^T) * scale`` in the input dtype, masked, softmax in float32, back to the
 input dtype, ``@ v``. Grouped-query heads: query head ``h`` reads kv head ``h // (num_q_heads // num_kv_heads)``.
 ``alibi_slopes`` (one per query head) add ``slope * (key_pos - query_pos)`` to the scores before masking.
+Decode without ALiBi is one ``scaled_dot_product_attention`` call over the gathered blocks (the decode hot path).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F  # noqa: N812
 
 from ._checks import check_heads, check_quant_bits, check_rank
 from ._table import reference
@@ -207,6 +209,12 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
                         (k_scale, k_zero, v_scale, v_zero), query.dtype, op)
     k_pos = torch.arange(max_kv_seq_len, device=query.device)
     allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1)).unsqueeze(1)        # (B, 1, S)
+    if alibi_slopes is None:
+        # the decode hot path: one fused attention call (the decode step's cost is mostly per-op overhead)
+        out = F.scaled_dot_product_attention(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
+                                             attn_mask=allowed.unsqueeze(1), scale=softmax_scale,
+                                             enable_gqa=num_q_heads != num_kv_heads)
+        return out.squeeze(2)
     alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
     q_pos = (kv_seq_len.long() - 1).unsqueeze(1)
     return _attend(query.unsqueeze(1), k, v, allowed, softmax_scale, alibi, q_pos, k_pos).squeeze(1)

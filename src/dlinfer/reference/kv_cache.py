@@ -50,10 +50,6 @@ def check_fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cac
     if kv_indices.shape != (key.shape[0],):
         raise ValueError(f"{op}: kv_indices must be one flat slot per token ({key.shape[0]},), got "
                          f"{tuple(kv_indices.shape)}")
-    slots = key_cache.shape[0] * key_cache.shape[1]
-    idx = kv_indices.long()
-    if idx.numel() and bool(((idx < 0) | (idx >= slots)).any()):  # one sync; index_copy_ would say less
-        raise ValueError(f"{op}: kv_indices out of the cache's {slots} slots")
     if quant_bits == 0:
         return
     if key_cache.dtype != torch.int8 or value_cache.dtype != torch.int8:
@@ -75,15 +71,22 @@ def fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Te
     idx = kv_indices.long()
     flat_k = key_cache.view(slots, *key_cache.shape[2:])
     flat_v = value_cache.view(slots, *value_cache.shape[2:])
-    if quant_bits == 0:
-        flat_k.index_copy_(0, idx, key.to(key_cache.dtype))
-        flat_v.index_copy_(0, idx, value.to(value_cache.dtype))
-        return
-    for x, flat, s, z in ((key, flat_k, k_scale, k_zero), (value, flat_v, v_scale, v_zero)):
-        q, scale, zero = quantize_kv(x)
-        flat.index_copy_(0, idx, q)
-        s.view(slots, -1).index_copy_(0, idx, scale.to(s.dtype))
-        z.view(slots, -1).index_copy_(0, idx, zero.to(z.dtype))
+    # no bounds check up front (it would cost a device sync per call): index_copy_ checks the indices and its
+    # error is turned into one that names kv_indices
+    try:
+        if quant_bits == 0:
+            flat_k.index_copy_(0, idx, key.to(key_cache.dtype))
+            flat_v.index_copy_(0, idx, value.to(value_cache.dtype))
+            return
+        for x, flat, s, z in ((key, flat_k, k_scale, k_zero), (value, flat_v, v_scale, v_zero)):
+            q, scale, zero = quantize_kv(x)
+            flat.index_copy_(0, idx, q)
+            s.view(slots, -1).index_copy_(0, idx, scale.to(s.dtype))
+            z.view(slots, -1).index_copy_(0, idx, zero.to(z.dtype))
+    except (IndexError, RuntimeError) as exc:
+        if idx.numel() and bool(((idx < 0) | (idx >= slots)).any()):
+            raise ValueError(f"fill_kv_cache: kv_indices out of the cache's {slots} slots") from None
+        raise exc
 
 
 def gather_kv(cache: Tensor, block_table: Tensor, block_size: int, length: int, scale: Tensor | None = None,
@@ -97,11 +100,11 @@ def gather_kv(cache: Tensor, block_table: Tensor, block_size: int, length: int, 
     if block_table.shape[1] < num:
         raise ValueError(f"block_table has {block_table.shape[1]} blocks per sequence, fewer than the "
                          f"{num} that {length} positions of block_size {block_size} need")
-    blocks = block_table[:, :num].long()
-    batch = blocks.shape[0]
-    dense = cache[blocks].reshape(batch, num * block_size, *cache.shape[2:])[:, :length]
+    blocks = block_table[:, :num].reshape(-1).long()
+    batch = block_table.shape[0]
+    dense = cache.index_select(0, blocks).view(batch, num * block_size, *cache.shape[2:])[:, :length]
     if scale is None or zero is None:
         return dense
-    s = scale[blocks].reshape(batch, num * block_size, -1)[:, :length]
-    z = zero[blocks].reshape(batch, num * block_size, -1)[:, :length]
+    s = scale.index_select(0, blocks).view(batch, num * block_size, -1)[:, :length]
+    z = zero.index_select(0, blocks).view(batch, num * block_size, -1)[:, :length]
     return dequantize_kv(dense, s, z, dtype or torch.float32)

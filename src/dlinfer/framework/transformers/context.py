@@ -51,23 +51,24 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
                 flat.append(b * q_len + i)
                 position += 1
     kv_lens = [cached[b] + q_lens[b] for b in range(batch)]
-    width = max(1, max(len(manager.tables.get(b, ())) for b in range(batch)))
-    table = torch.zeros((batch, width), dtype=torch.int32)
-    for b in range(batch):
-        row = manager.tables.get(b, [])
-        table[b, :len(row)] = torch.tensor(row, dtype=torch.int32)
+    rows = [manager.tables.get(b, []) for b in range(batch)]
+    width = max(1, max(len(r) for r in rows))
     starts = [0] * batch
     for b in range(1, batch):
         starts[b] = starts[b - 1] + q_lens[b - 1]
     has_past = any(c > 0 for c in cached)
     padded = len(flat) != batch * q_len
+    # few host tensors, one copy each to the device (this runs every step)
+    small = torch.tensor([kv_lens, q_lens, starts], dtype=torch.int32).to(device)
+    table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32).to(device)
+    indices = torch.tensor([slots, flat] if padded else [slots], dtype=torch.int64).to(device)
     ctx = StepContext(
-        block_table=table.to(device),
-        kv_seq_len=torch.tensor(kv_lens, dtype=torch.int32).to(device),
-        q_seq_len=torch.tensor(q_lens, dtype=torch.int32).to(device),
-        q_start_loc=torch.tensor(starts, dtype=torch.int32).to(device),
-        kv_indices=torch.tensor(slots, dtype=torch.int64).to(device),
-        token_index=torch.tensor(flat, dtype=torch.int64).to(device) if padded else None,
+        block_table=table,
+        kv_seq_len=small[0],
+        q_seq_len=small[1],
+        q_start_loc=small[2],
+        kv_indices=indices[0],
+        token_index=indices[1] if padded else None,
         max_q_seq_len=max(q_lens, default=0),
         max_kv_seq_len=max(kv_lens, default=0),
         is_decoding=q_len == 1 and not padded and all(c > 0 for c in cached),
