@@ -15,6 +15,7 @@ from transformers.masking_utils import AttentionMaskInterface
 import dlinfer
 from diopi.compare import Verdict, compare_tensors
 from dlinfer.framework import transformers as dlinfer_tf
+from dlinfer.framework.transformers.compat import cache_kwarg
 from dlinfer.registry import registry
 
 NEW_TOKENS = 16
@@ -244,11 +245,11 @@ def test_one_decode_step_by_hand_matches_the_model(models, prompts):
             cache = dlinfer_tf.new_cache(model, batch_size=2, total_len=ids.shape[1] + 2)
             positions = mask.cumsum(-1) - 1  # what generate() passes for a left-padded batch
             first = model(ids, attention_mask=mask, position_ids=positions,
-                          past_key_values=cache).logits[:, -1].argmax(-1, keepdim=True)
+                          **{cache_kwarg(): cache}).logits[:, -1].argmax(-1, keepdim=True)
             twin = copy.deepcopy(cache)
             step_mask = torch.cat((mask, torch.ones_like(first)), 1)
             expected = model(first, attention_mask=step_mask, position_ids=step_mask.cumsum(-1)[:, -1:] - 1,
-                             past_key_values=twin).logits
+                             **{cache_kwarg(): twin}).logits
             # by hand
             base = model.model
             ctx = cache.prepare_step(1)                       # blocks, slots, lengths: outside the compiled part
@@ -257,7 +258,7 @@ def test_one_decode_step_by_hand_matches_the_model(models, prompts):
             position_ids = (ctx.kv_seq_len - 1).long()[:, None]
             rotary = base.rotary_emb(hidden, position_ids=position_ids)
             for layer in base.layers:
-                hidden = layer(hidden, attention_mask=ctx, position_embeddings=rotary, past_key_values=cache)
+                hidden = layer(hidden, attention_mask=ctx, position_embeddings=rotary, **{cache_kwarg(): cache})
             logits = model.lm_head(base.norm(hidden))
     finally:
         dlinfer_tf.uninstall(model)
@@ -277,10 +278,10 @@ def test_chunked_prefill_of_a_padded_batch_runs_paged_prefill_attention(models, 
         dlinfer_tf.install(model, block_size=4, shuffle_seed=6)
         try:
             cache = dlinfer_tf.new_cache(model, batch_size=2, total_len=ids.shape[1])
-            model(ids[:, :4], attention_mask=mask[:, :4], position_ids=positions[:, :4], past_key_values=cache)
+            model(ids[:, :4], attention_mask=mask[:, :4], position_ids=positions[:, :4], **{cache_kwarg(): cache})
             dlinfer.reset_counts()
             ours = model(ids[:, 4:], attention_mask=mask, position_ids=positions[:, 4:],
-                         past_key_values=cache).logits[real]
+                         **{cache_kwarg(): cache}).logits[real]
         finally:
             dlinfer_tf.uninstall(model)
     assert dlinfer.op_counts()["paged_prefill_attention"] == model.config.num_hidden_layers

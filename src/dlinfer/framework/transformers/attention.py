@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 import dlinfer.ops as ops
 
+from .compat import get_cache
 from .context import StepContext
 from .paged_cache import PagedCache
 
@@ -66,11 +67,12 @@ def _packed(x: Tensor, ctx: StepContext) -> Tensor:
 
 def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
                       scaling: float | None = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
-    """transformers' attention interface over :class:`PagedCache` (passed as ``past_key_values``): returns
-    ``((batch, q_len, num_q_heads, head_dim), None)``; padding positions get zeros."""
-    cache = kwargs.get("past_key_values")
+    """transformers' attention interface over :class:`PagedCache` (passed as ``cache``, or
+    ``past_key_values`` before transformers 5.24): returns ``((batch, q_len, num_q_heads, head_dim), None)``;
+    padding positions get zeros."""
+    cache = get_cache(kwargs)
     if not isinstance(cache, PagedCache):
-        raise RuntimeError("dlinfer attention needs a PagedCache as past_key_values (install the model with"
+        raise RuntimeError("dlinfer attention needs a PagedCache as the cache (install the model with"
                            " dlinfer.framework.transformers.install(model))")
     batch, num_q_heads, q_len, head_dim = query.shape
     num_kv_heads = key.shape[1]

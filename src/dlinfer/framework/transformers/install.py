@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from .attention import ATTENTION_NAME, dlinfer_attention, dlinfer_mask, pop_cache, push_cache
+from .compat import cache_kwarg, get_cache
 from .experts import EXPERTS_NAME, check_experts, dlinfer_experts
 from .modules import FAMILIES, Family, replace_modules, restore_modules
 from .paged_cache import PagedCache
@@ -136,9 +137,9 @@ def _make_generate(model: nn.Module) -> Any:
     def generate(*args: Any, **kwargs: Any) -> Any:
         m = ref()
         assert m is not None
-        if kwargs.get("past_key_values") is None:
+        if get_cache(kwargs) is None:
             batch, prompt_len = _prompt(args, kwargs).shape
-            kwargs["past_key_values"] = new_cache(m, batch, _generate_total(m, prompt_len, kwargs))
+            kwargs[cache_kwarg(m)] = new_cache(m, batch, _generate_total(m, prompt_len, kwargs))
         return type(m).generate(m, *args, **kwargs)
 
     return generate
@@ -147,7 +148,7 @@ def _make_generate(model: nn.Module) -> Any:
 def _pre_forward(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """Before the base model's forward: give it a PagedCache (a fresh one when it has none) and make that the
     cache the mask function prepares."""
-    cache = kwargs.get("past_key_values")
+    cache = get_cache(kwargs)
     if not isinstance(cache, PagedCache):
         if cache is not None and cache.get_seq_length() > 0:
             raise ValueError(f"dlinfer: an installed model needs a PagedCache, got a filled {type(cache).__name__}")
@@ -156,13 +157,14 @@ def _pre_forward(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tupl
             x = kwargs["inputs_embeds"]
         owner = _owner_of(module)
         cache = new_cache(owner, int(x.shape[0]), int(x.shape[1]))
-        kwargs["past_key_values"] = cache
+        name = next((n for n in ("cache", "past_key_values") if n in kwargs), None) or cache_kwarg(module)
+        kwargs[name] = cache
     push_cache(cache)
     return args, kwargs
 
 
 def _post_forward(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-    cache = kwargs.get("past_key_values")
+    cache = get_cache(kwargs)
     if isinstance(cache, PagedCache):
         pop_cache(cache)
 

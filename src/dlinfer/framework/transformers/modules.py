@@ -19,6 +19,7 @@ from torch.nn import functional as F  # noqa: N812
 import dlinfer.ops as ops
 
 from .attention import ATTENTION_NAME
+from .compat import get_cache
 
 __all__ = ["FAMILIES", "Family", "replace_modules", "restore_modules"]
 
@@ -99,11 +100,10 @@ class AttentionMixin:
     o_proj: nn.Linear
 
     def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
-                attention_mask: Any = None, past_key_values: Any = None, **kwargs: Any) -> tuple[Tensor, None]:
+                attention_mask: Any = None, **kwargs: Any) -> tuple[Tensor, None]:
         if self.config._attn_implementation != ATTENTION_NAME:
             return super().forward(hidden_states=hidden_states,  # type: ignore[misc]
-                                   position_embeddings=position_embeddings, attention_mask=attention_mask,
-                                   past_key_values=past_key_values, **kwargs)
+                                   position_embeddings=position_embeddings, attention_mask=attention_mask, **kwargs)
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         input_shape = hidden_states.shape[:-1]
@@ -118,7 +118,7 @@ class AttentionMixin:
         q, k = ops.apply_rotary_pos_emb(q, k, cos, sin)
         attention = ALL_ATTENTION_FUNCTIONS[ATTENTION_NAME]
         out, _ = attention(self, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
-                           scaling=self.scaling, past_key_values=past_key_values)
+                           scaling=self.scaling, cache=get_cache(kwargs))
         return self.o_proj(out.reshape(*input_shape, -1)), None
 
 
@@ -131,13 +131,12 @@ class DecoderLayerMixin:
     mlp: nn.Module
 
     def forward(self, hidden_states: Tensor, attention_mask: Any = None, position_ids: Tensor | None = None,
-                past_key_values: Any = None, use_cache: bool | None = False,
-                position_embeddings: tuple[Tensor, Tensor] | None = None, **kwargs: Any) -> Tensor:
+                use_cache: bool | None = False, position_embeddings: tuple[Tensor, Tensor] | None = None,
+                **kwargs: Any) -> Tensor:
         residual = hidden_states
         hidden_states, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states),
                                           attention_mask=attention_mask, position_ids=position_ids,
-                                          past_key_values=past_key_values, use_cache=use_cache,
-                                          position_embeddings=position_embeddings, **kwargs)
+                                          use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
         norm = self.post_attention_layernorm
         hidden_states, residual = ops.add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
         return residual + self.mlp(hidden_states)
