@@ -158,11 +158,15 @@ def timed_round(kind: str, step: Callable[[], float], steps: int, workdir: Path,
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write a benchmark's result file (the project's JSON format), creating its folder."""
+    """Write a benchmark's result file (the project's JSON format), creating its folder; the file appears whole
+    or not at all (``diopi.case_format.atomic_open``)."""
     import json
 
+    from diopi.case_format import atomic_open
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    with atomic_open(path, "w") as f:
+        f.write(json.dumps(payload, indent=2) + "\n")
 
 
 def empty_mode() -> object:

@@ -17,7 +17,6 @@ wraps ``Tensor.to`` in Python, a cost neither side needs on the CPU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import environment  # noqa: E402
+from bench_common import environment, write_json  # noqa: E402
 
 # ditorch.models imports ditorch, whose cuda mocking wraps Tensor.to (a Python call per .to on the CPU, which the
 # reference kernels use more than stock); neither side needs it here
@@ -43,24 +42,21 @@ TARGET_RATIO = 1.5
 
 
 def build(name: str) -> torch.nn.Module:
-    """The tiny model ``name`` (float32, seed 0, eval); Mixtral is built here (ditorch.models has no Mixtral)."""
+    """The tiny model ``name`` (float32, seed 0, eval, never stopping at an EOS id): ditorch.models' families as
+    ``ditorch generate`` loads them, Mixtral built here (ditorch.models has no Mixtral)."""
     if name != "mixtral":
-        from ditorch.models import get_family
+        from ditorch.generate import load_model
 
-        model = get_family(name).build(seed=0)
-    else:
-        from transformers import MixtralConfig, MixtralForCausalLM
+        return load_model(name).model
+    from transformers import MixtralConfig, MixtralForCausalLM
 
-        config = MixtralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                               num_experts_per_tok=2, sliding_window=None)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model = MixtralForCausalLM(config)
+    config = MixtralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                           num_experts_per_tok=2, sliding_window=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = MixtralForCausalLM(config)
     model.generation_config.eos_token_id = None  # random weights: always generate every token
-    # the training families ask for the router's auxiliary loss, which inference does not need (and the
-    # adaptor's router does not produce the per-expert probabilities it reads)
-    model.config.output_router_logits = False
     return model.eval()
 
 
@@ -167,11 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                        "DITORCH_DISABLE_MOCK": os.environ.get("DITORCH_DISABLE_MOCK"),
                        "command": " ".join(["python", "benchmarks/bench_dlinfer.py", *(argv or sys.argv[1:])]),
                        "wall_s": round(time.perf_counter() - started, 1)}}
-    from diopi.case_format import atomic_open
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(args.out, "w") as f:
-        f.write(json.dumps(payload, indent=2) + "\n")
+    write_json(args.out, payload)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -86,7 +86,9 @@ def load_model(name: str, device: torch.device | str = "cpu", dtype: torch.dtype
         # random weights: never stop early at the config's EOS id, pad with PAD_ID
         model.generation_config.eos_token_id = None
         model.generation_config.pad_token_id = PAD_ID
-        model.config.output_router_logits = False  # the training families' router aux loss: not for inference
+        # the training families' router aux loss: not for inference, and stock transformers' generate() fails with
+        # it on a left-padded batch (router logits of the new tokens against the full-length mask)
+        model.config.output_router_logits = False
         return LoadedModel(name, model.to(device=device, dtype=dtype).eval(), None, PAD_ID)
     path = Path(name)
     if not path.is_dir():
