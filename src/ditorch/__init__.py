@@ -28,12 +28,23 @@ detection: Detection | None = None
 mocked: bool = False
 
 
+def _started_as_command() -> bool:
+    """Whether this process is the ``ditorch`` command (its console script, or ``python -m ditorch``)."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1].partition(".")[0] == "ditorch"
+    return os.path.basename(sys.argv[0]) in ("ditorch", "ditorch.exe")
+
+
 def _activate() -> None:
     global adapter, failures, detection, mocked
     settings = DitorchConfig.from_env()
     try:
         detection = detect.detect(settings)
     except DetectionError as exc:
+        if _started_as_command():  # the ditorch command: one line and exit status 2, no traceback
+            print(f"ditorch: error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         raise DetectionError(str(exc)) from None  # one message, no traceback of ditorch's internals
     adapter, failures = detection.adapter, detection.failures
     detect.report(detection)
@@ -44,6 +55,10 @@ def _activate() -> None:
 
         mocking.install(adapter)
         mocked = True
+    if adapter is not None and not adapter.is_native:
+        from diopi import compile_default
+
+        compile_default.install()  # torch.compile's default backend: inductor has no code generator for plugins
     if not settings.quiet:
         print(detect.banner(adapter, os.getpid()), file=sys.stderr, flush=True)
 

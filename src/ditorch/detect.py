@@ -6,6 +6,12 @@ plugin is imported and the first one with a usable device wins; nothing usable m
 recorded as failures (adapter name, error text) and detection goes on. ``DITORCH_VENDOR`` skips
 detection: an unknown name or a failing plugin is then an error.
 
+A plugin already holding PrivateUse1 when detection starts (loaded by PyTorch's backend autoload on
+``import torch``, or imported by the user first) is the process's plugin: no other PrivateUse1 plugin can load
+beside it, so adapters of other PrivateUse1 devices are not tried, and when no explicit adapter covers its device
+type the generic adapter (:mod:`ditorch.adapters.generic`, ranked last) uses it. ``DITORCH_VENDOR`` may also name
+that device type, or a plugin package to import (``DITORCH_VENDOR=torch_x``) that has no adapter.
+
 Device visibility: with mocking on, ``CUDA_VISIBLE_DEVICES`` is copied into a vendor plugin's own variable
 (:attr:`Adapter.visible_devices_env`, e.g. ``DIPU_VISIBLE_DEVICES``) right before the plugin is imported,
 unless that variable is set already (it then wins, with one warning when the two differ). A selection that
@@ -15,12 +21,16 @@ plugin rejects (an index that does not exist) is an error, also during detection
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import NamedTuple
 
+from diopi import privateuse1
+from ditorch.adapters import generic
 from ditorch.adapters.base import Adapter
 from ditorch.config import DitorchConfig
 
@@ -34,6 +44,7 @@ NO_DEVICE = "no device"
 FAILED = "failed"
 NOT_INSTALLED = "not installed"
 NOT_TRIED = "installed, not tried"
+HELD_ELSEWHERE = "not tried"  # + ": PrivateUse1 is held by <plugin>"
 
 
 class Failure(NamedTuple):
@@ -93,6 +104,21 @@ def load_adapters() -> tuple[list[Adapter], list[Failure]]:
     return sorted(found.values(), key=lambda a: (a.priority, a.name)), failures
 
 
+def with_generic(adapters: list[Adapter], held: privateuse1.Holder | None) -> list[Adapter]:
+    """``adapters`` plus the generic adapter of the plugin holding PrivateUse1, unless an adapter covers its device
+    type already (detection order kept)."""
+    if held is None or any(a.device_type == held.device_type for a in adapters):
+        return adapters
+    return sorted([*adapters, generic.adapter_for(held)], key=lambda a: (a.priority, a.name))
+
+
+def _blocked(adapter: Adapter, held: privateuse1.Holder | None) -> str | None:
+    """Why ``adapter`` cannot load beside the plugin holding PrivateUse1 (None: it can)."""
+    if held is None or not adapter.uses_privateuse1 or adapter.device_type == held.device_type:
+        return None
+    return f"PrivateUse1 is held by {held.describe()}"
+
+
 def known_names(adapters: list[Adapter]) -> list[str]:
     return [*sorted(a.name for a in adapters), CPU]
 
@@ -146,18 +172,51 @@ def _no_device_reason(adapter: Adapter, selection: _Selection | None) -> str | N
     return f"{selection.source} selects no usable {adapter.device_type} device"
 
 
-def _forced(name: str, adapters: list[Adapter], failures: list[Failure], config: DitorchConfig) -> Detection:
+def _plugin_package(name: str, adapters: list[Adapter], failures: list[Failure],
+                    held: privateuse1.Holder | None) -> Adapter:
+    """``DITORCH_VENDOR`` names no adapter: a plugin package to import (one that registers a PrivateUse1 device
+    and has no adapter), used through the generic adapter."""
+    failed = {f.name: f.error for f in failures}
+    if name in failed:
+        raise DetectionError(f"DITORCH_VENDOR={name}: its adapter could not be loaded: {failed[name]}")
+    known = ", ".join(known_names(adapters))
+    module_name = name.replace("-", "_")
+    try:
+        installed = importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):
+        installed = False
+    if not installed:
+        hint = f"; {held.describe()} holds PrivateUse1: DITORCH_VENDOR={held.device_type} selects it" if held else ""
+        raise DetectionError(f"DITORCH_VENDOR={name!r} is neither a known adapter (known: {known}) nor an installed "
+                             f"plugin package{hint}")
+    if held is None:
+        try:
+            importlib.import_module(module_name)
+        except Exception as exc:  # noqa: BLE001
+            raise DetectionError(f"DITORCH_VENDOR={name}: importing the plugin {module_name} failed: "
+                                 f"{_error_text(exc)}") from None
+        held = privateuse1.holder()
+    if held is None or (held.package and held.package != module_name):
+        owner = f"; PrivateUse1 is held by {held.describe()}" if held else ""
+        raise DetectionError(f"DITORCH_VENDOR={name}: {module_name} registers no PrivateUse1 device (it is not a "
+                             f"device plugin, and no adapter has that name; known: {known}){owner}")
+    return next((a for a in adapters if a.device_type == held.device_type), None) or generic.adapter_for(held)
+
+
+def _forced(name: str, adapters: list[Adapter], failures: list[Failure], config: DitorchConfig,
+            held: privateuse1.Holder | None) -> Detection:
     by_name = {a.name: a for a in adapters}
     status = {a.name: NOT_TRIED if a.is_present() else NOT_INSTALLED for a in adapters}
     if name == CPU:
         return Detection(None, failures, adapters, status, forced=True)
-    if name not in by_name:
-        raise DetectionError(
-            f"DITORCH_VENDOR={name!r} is not a known adapter; known: {', '.join(known_names(adapters))}"
-        )
-    adapter = by_name[name]
+    adapter = by_name.get(name) or _plugin_package(name, adapters, failures, held)
+    if adapter.name not in by_name:
+        adapters = sorted([*adapters, adapter], key=lambda a: (a.priority, a.name))
     if not adapter.is_present():
         raise DetectionError(f"DITORCH_VENDOR={name}: its plugin {adapter.framework} is not installed")
+    blocked = _blocked(adapter, held)
+    if blocked is not None:
+        raise DetectionError(f"DITORCH_VENDOR={name}: {adapter.framework} cannot load: {blocked}")
     warnings: list[str] = []
     selection = pass_visible_devices(adapter, config, warnings)
     try:
@@ -169,13 +228,18 @@ def _forced(name: str, adapters: list[Adapter], failures: list[Failure], config:
         raise DetectionError(
             f"DITORCH_VENDOR={name}: importing its plugin {adapter.framework} failed: {_error_text(exc)}"
         ) from exc
-    if not adapter.is_available():
+    try:
+        available = adapter.is_available()
+    except Exception as exc:  # noqa: BLE001
+        raise DetectionError(f"DITORCH_VENDOR={name}: {adapter.framework} imported but asking it for its "
+                             f"{adapter.device_type} devices failed: {_error_text(exc)}") from None
+    if not available:
         reason = _no_device_reason(adapter, selection)
         raise DetectionError(
             f"DITORCH_VENDOR={name}: {adapter.framework} imported but reports no usable "
             f"{adapter.device_type} device" + (f": {reason}" if reason else "")
         )
-    status[name] = ACTIVE
+    status[adapter.name] = ACTIVE
     return Detection(adapter, failures, adapters, status, forced=True, warnings=warnings)
 
 
@@ -183,17 +247,22 @@ def detect(config: DitorchConfig | None = None) -> Detection:
     """Choose the adapter (see the module docstring); imports the plugins it tries."""
     config = DitorchConfig.from_env() if config is None else config
     adapters, failures = load_adapters()
+    held = privateuse1.holder()  # a plugin loaded before detection (autoload, or imported by the user)
+    adapters = with_generic(adapters, held)
     if config.vendor:
-        return _forced(config.vendor, adapters, failures, config)
+        return _forced(config.vendor, adapters, failures, config, held)
     status: dict[str, str] = {}
     warnings: list[str] = []
     hidden: list[str] = []
     chosen: Adapter | None = None
     for adapter in adapters:
+        blocked = _blocked(adapter, held)
         if not adapter.is_present():
             status[adapter.name] = NOT_INSTALLED
         elif chosen is not None:
             status[adapter.name] = NOT_TRIED  # importing it could clash with the chosen plugin
+        elif blocked is not None:
+            status[adapter.name] = f"{HELD_ELSEWHERE}: {blocked}"
         else:
             selection = pass_visible_devices(adapter, config, warnings)
             try:
@@ -210,9 +279,15 @@ def detect(config: DitorchConfig | None = None) -> Detection:
             status[adapter.name] = ACTIVE if available else NO_DEVICE + (f": {reason}" if reason else "")
             if reason:
                 hidden.append(reason)
+            elif not available and held is not None and adapter.device_type == held.device_type:
+                hidden.append(f"{held.describe()} holds PrivateUse1 but reports no usable device")
             chosen = adapter if available else None
     if chosen is None and hidden:
         warnings.append("; ".join(hidden) + "; ditorch runs on the CPU")
+    if chosen is not None and chosen.is_generic and config.cuda_visible_devices is not None and not config.disable_mock:
+        warnings.append(f"{CUDA_VISIBLE_DEVICES}={config.cuda_visible_devices!r} is not passed to {chosen.framework}: "
+                        f"it has no adapter naming its own variable (Adapter.visible_devices_env); every "
+                        f"{chosen.device_type} device stays visible")
     return Detection(chosen, failures, adapters, status, warnings=warnings)
 
 

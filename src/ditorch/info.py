@@ -52,7 +52,7 @@ def lines(detection: Detection, mocked: bool, env: dict[str, str] | None = None)
         out.append("framework: torch (cpu)" + ("  [DITORCH_VENDOR=cpu]" if detection.forced else ""))
     else:
         forced = "  [DITORCH_VENDOR]" if detection.forced else ""
-        out.append(f"framework: {adapter.framework} {adapter.version()} (adapter {adapter.name}){forced}")
+        out.append(f"framework: {adapter.framework} {adapter.version()} ({adapter.describe()}){forced}")
     count = _try(adapter.device_module().device_count, 0) if adapter else 0
     out.append(f"devices: {count}" + ("" if adapter else f" accelerators; cpu with {os.cpu_count() or 1} cores"))
     out += [f"  {line}" for line in device_lines(adapter)]

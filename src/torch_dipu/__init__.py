@@ -31,6 +31,11 @@ __version__ = "0.1.0"
 
 
 def _init() -> None:
+    from torch_dipu.registration import privateuse1_refusal
+
+    refusal = privateuse1_refusal()  # before anything is set up: a refused import leaves no half-made device
+    if refusal is not None:
+        raise ImportError(refusal)
     config = DipuConfig.from_env()
     rt = load_vendor(config.vendor)
     state = DipuState(

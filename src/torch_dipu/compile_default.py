@@ -1,14 +1,11 @@
 """``torch.compile`` on dipu: the default backend runs on the device.
 
 PyTorch's default backend, inductor, generates code per device type and has none for dipu (``KeyError:
-'dipu'``). Until dipu has its own graph compiler, ``import torch_dipu`` wraps ``torch.compile`` (see
-:func:`install`) so that the default backend decides per captured graph: a graph that touches the dipu
-device (an example input, a value computed in the graph, or a ``device=`` argument) is compiled with the
-device's backend (:func:`fallback_backend`, ``aot_eager`` unless ``DIPU_COMPILE_BACKEND`` or the vendor
-runtime's ``compile_backend`` names another), every other graph with inductor exactly as ``torch.compile``
-builds it. The decision is made once per graph at compile time; compiled code runs without a wrapper.
-Explicit backends (``backend="eager"``, ``"aot_eager"``, a callable, a vendor's registered backend) are
-passed through untouched.
+'dipu'``). ``import torch_dipu`` installs diopi's device-aware default backend (:mod:`diopi.compile_default`: a graph
+on a device inductor cannot compile for goes to that device's backend, every other graph to inductor exactly as
+``torch.compile`` builds it) and registers dipu's backend there: :func:`fallback_backend`, ``aot_eager`` unless
+``DIPU_COMPILE_BACKEND`` or the vendor runtime's ``compile_backend`` names another. Explicit backends (``"eager"``,
+``"aot_eager"``, a callable, a vendor's registered backend) are passed through untouched.
 
 Dynamo only models a tensor subclass that overrides ``__torch_dispatch__`` as a tensor when the subclass
 is a traceable wrapper (``__tensor_flatten__``), which would make AOTAutograd trace through the device's
@@ -19,17 +16,14 @@ dynamo out of torch_dipu's own frames (the dispatcher and the kernels run eagerl
 
 from __future__ import annotations
 
-import functools
-import logging
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 
+from diopi import compile_default as device_aware
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
 
@@ -38,17 +32,10 @@ __all__ = [
     "set_fallback_backend", "uninstall",
 ]
 
-log = logging.getLogger("torch_dipu")
-
 #: The backend for graphs on dipu when neither ``DIPU_COMPILE_BACKEND`` nor the vendor names one.
 DEFAULT_BACKEND = "aot_eager"
 _DEVICE_TYPE = "dipu"
-_ORIGINAL = "__torch_dipu_original__"  # attribute of the wrapper: the torch.compile it wraps
-
-#: Backend chosen per graph by the default backend, by name (``"inductor"`` or the fallback's name).
-_CHOSEN: Counter[str] = Counter()
 _lock = threading.Lock()
-_warned_inductor_settings = False
 _dynamo_enabled = False
 
 
@@ -67,165 +54,28 @@ def set_fallback_backend(name: str | None) -> None:
 
 
 def chosen_backends() -> Counter[str]:
-    """How many graphs the default backend has compiled so far with each backend (a copy)."""
-    with _lock:
-        return Counter(_CHOSEN)
-
-
-def _tensors_and_devices(gm: torch.fx.GraphModule) -> Iterator[Any]:
-    for module in gm.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            yield from tree_leaves(node.meta.get("example_value", node.meta.get("val")))
-            yield from tree_leaves((node.args, node.kwargs))
-
-
-def _on_device(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return value.device.type == _DEVICE_TYPE
-    if isinstance(value, torch.device):
-        return value.type == _DEVICE_TYPE
-    if isinstance(value, str):
-        return value == _DEVICE_TYPE or value.startswith(_DEVICE_TYPE + ":")
-    return False
+    """How many graphs the default backend has compiled so far with each backend, by name (a copy)."""
+    return device_aware.chosen_backends()
 
 
 def graph_on_device(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
     """Whether a captured graph touches the dipu device: an example input (fake or real tensor), a value the
     graph computes, or a device argument of one of its calls (``device="dipu"``, ``.to("dipu:1")``)."""
-    return any(map(_on_device, example_inputs)) or any(map(_on_device, _tensors_and_devices(gm)))
-
-
-class DeviceAwareInductor:
-    """The default backend under torch_dipu: graphs on dipu go to :func:`fallback_backend`, every other graph
-    to ``inductor`` (the ``torch._TorchCompileInductorWrapper`` that ``torch.compile`` builds for ``mode`` and
-    ``options``)."""
-
-    def __init__(self, mode: str | None, options: dict[str, Any] | None, dynamic: bool | None,
-                 name: str | None = None) -> None:
-        if mode is None and options is None:
-            mode = "default"
-        self.inductor = torch._TorchCompileInductorWrapper(mode, options, dynamic, name)
-        #: mode/options that only inductor understands (a graph on dipu ignores them, with one warning).
-        self.inductor_settings = {k: v for k, v in (("mode", mode), ("options", options)) if v and v != "default"}
-        # torch.compile names a callable backend after its __name__ (logs, the dynamo registry check)
-        self.__name__ = "inductor"
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
-        if not graph_on_device(gm, example_inputs):
-            _choose("inductor")
-            return self.inductor(gm, example_inputs, **kwargs)
-        name = fallback_backend()
-        if self.inductor_settings:
-            _warn_inductor_settings(self.inductor_settings, name)
-        from torch._dynamo.backends.registry import list_backends, lookup_backend
-
-        try:
-            backend = lookup_backend(name)
-        except Exception as exc:
-            raise RuntimeError(
-                f"torch_dipu: the backend for graphs on {_DEVICE_TYPE}, {name!r} (DIPU_COMPILE_BACKEND or the "
-                f"vendor's compile_backend), is not a registered dynamo backend; registered: "
-                f"{', '.join(list_backends())}"
-            ) from exc
-        _choose(name)
-        return backend(gm, example_inputs)
-
-    def reset(self) -> None:
-        self.inductor.reset()
-
-    def get_compiler_config(self) -> Any:
-        return self.inductor.get_compiler_config()
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, DeviceAwareInductor) and self.inductor == other.inductor
-
-    __hash__ = None  # type: ignore[assignment]  (as torch._TorchCompileInductorWrapper)
-
-    def __repr__(self) -> str:
-        return f"DeviceAwareInductor({self.inductor_settings or ''})"
-
-
-def _choose(name: str) -> None:
-    with _lock:
-        _CHOSEN[name] += 1
-    log.debug("torch.compile: default backend compiles a graph with %s", name)
-
-
-def _warn_inductor_settings(settings: dict[str, Any], name: str) -> None:
-    global _warned_inductor_settings
-    with _lock:
-        if _warned_inductor_settings:
-            return
-        _warned_inductor_settings = True
-    given = ", ".join(f"{k}={v!r}" for k, v in settings.items())
-    warnings.warn(
-        f"torch.compile({given}): these are inductor settings; graphs on {_DEVICE_TYPE} are compiled with "
-        f"{name!r} (DIPU_COMPILE_BACKEND), which ignores them. Graphs on the CPU still use them.",
-        UserWarning,
-        stacklevel=2,
-    )
-
-
-def _default_backend() -> Any:
-    try:
-        from torch._dynamo.backends.registry import get_default_backend
-    except ImportError:  # torch < 2.13: the default is always inductor
-        return "inductor"
-    return get_default_backend()
-
-
-def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def compile(model: Callable[..., Any] | None = None, **kwargs: Any) -> Any:  # noqa: A001
-        if model is None:  # @torch.compile(mode=...): decorate later, through this wrapper
-
-            def decorate(fn: Callable[..., Any]) -> Any:
-                if fn is None:
-                    raise RuntimeError("Model can't be None")
-                return compile(fn, **kwargs)
-
-            return decorate
-        enable_dynamo()
-        backend = kwargs.get("backend")
-        if backend is None:
-            backend = _default_backend()
-        mode, options = kwargs.get("mode"), kwargs.get("options")
-        if (
-            not isinstance(backend, str)
-            or backend != "inductor"
-            or (mode is not None and options is not None)  # torch.compile's own error
-            or (options is not None and not isinstance(options, dict))
-            or (options and options.get("use_aoti"))  # AOTInductor: deployment artifacts, left to torch
-        ):
-            return original(model, **kwargs)
-        options = dict(options) if options is not None else None
-        guard_filter_fn = options.pop("guard_filter_fn", None) if options else None
-        if options:
-            options.pop("use_aoti", None)
-        kwargs["backend"] = DeviceAwareInductor(mode, options, kwargs.get("dynamic"), kwargs.get("name"))
-        kwargs["mode"] = None
-        kwargs["options"] = {"guard_filter_fn": guard_filter_fn} if guard_filter_fn is not None else None
-        return original(model, **kwargs)
-
-    setattr(compile, _ORIGINAL, original)
-    return compile
+    return _DEVICE_TYPE in device_aware.devices_of(gm, example_inputs)
 
 
 def install() -> None:
-    """Wrap ``torch.compile`` and let fake tensors make dipu constants (idempotent: a second call, or a second
-    import, wraps nothing again)."""
-    if getattr(torch.compile, _ORIGINAL, None) is None:
-        torch.compile = _wrap(torch.compile)
+    """Install the device-aware default backend with dipu's backend registered, and let fake tensors make dipu
+    constants (idempotent: a second call, or a second import, wraps nothing again)."""
+    device_aware.register_device(_DEVICE_TYPE, fallback_backend, prepare=enable_dynamo,
+                                 setting="DIPU_COMPILE_BACKEND or the vendor's compile_backend")
+    device_aware.install()
     _fake_constants_on_host()
 
 
 def uninstall() -> None:
     """Give ``torch.compile`` back its original (graphs already compiled keep their backend)."""
-    original = getattr(torch.compile, _ORIGINAL, None)
-    if original is not None:
-        torch.compile = original
+    device_aware.uninstall()
 
 
 def _fake_constants_on_host() -> None:

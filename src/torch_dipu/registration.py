@@ -54,15 +54,25 @@ class DipuGuard(torch._C._acc.DeviceGuard):
 _KEEPALIVE: list[object] = []
 
 
+def privateuse1_refusal() -> str | None:
+    """Why ``dipu`` cannot be registered (another plugin holds PrivateUse1, named with how it was loaded), or None."""
+    from diopi import privateuse1
+
+    held = privateuse1.holder()
+    if held is None or held.device_type == DEVICE_NAME:
+        return None
+    return (f"torch_dipu cannot register the '{DEVICE_NAME}' device: PrivateUse1 is already held by {held.describe()}; "
+            f"one process holds one PrivateUse1 backend")
+
+
 def register_device() -> None:
     """Rename PrivateUse1 to ``dipu`` and register its module, hooks, guard, kernels and methods."""
     current = torch._C._get_privateuse1_backend_name()
     if current == DEVICE_NAME and hasattr(torch, DEVICE_NAME):
         return
-    if current not in ("privateuseone", DEVICE_NAME):
-        raise RuntimeError(
-            f"PrivateUse1 is already taken by the {current!r} backend; torch_dipu cannot register 'dipu'"
-        )
+    refusal = privateuse1_refusal()
+    if refusal is not None:
+        raise RuntimeError(refusal)
     torch.utils.rename_privateuse1_backend(DEVICE_NAME)
     torch._register_device_module(DEVICE_NAME, device_module)
     sys.modules.setdefault(f"torch.{DEVICE_NAME}", device_module)

@@ -37,8 +37,9 @@ SAMPLES = {
 SCRIPT = SAMPLE_ARGS + """
 import contextlib, inspect, json, types
 from ditorch.mocking import cuda_surface
-problems, kinds = [], {}
-for entry in cuda_surface.entries(torch.dipu):
+VENDOR = ditorch.adapter.name
+problems, kinds, refused = [], {}, []
+for entry in cuda_surface.entries(ditorch.adapter.device_module()):
     module = torch.cuda if not entry.module else getattr(torch.cuda, entry.module)
     obj = getattr(module, entry.name)
     kinds[entry.qualname] = entry.kind
@@ -54,13 +55,15 @@ for entry in cuda_surface.entries(torch.dipu):
         if entry.kind == "unsupported":
             problems.append(f"{entry.qualname}: unsupported, but the call returned {result!r}")
     except cuda_surface.NotSupportedOnDevice as exc:
-        if entry.kind != "unsupported":
+        if entry.kind not in ("unsupported", "generic"):  # a generic source may find the plugin lacks it
             problems.append(f"{entry.qualname} ({entry.kind}) refused: {exc}")
-        elif "dipu" not in str(exc) or f".{entry.name} is not supported" not in str(exc):
+        elif VENDOR not in str(exc) or f".{entry.name} is not supported" not in str(exc):
             problems.append(f"{entry.qualname}: message does not name it and the vendor: {exc}")
+        else:
+            refused.append(entry.qualname)
     except Exception as exc:
         problems.append(f"{entry.qualname} ({entry.kind}) raised {type(exc).__name__}: {exc}")
-print(json.dumps({"problems": problems, "kinds": kinds}))
+print(json.dumps({"problems": problems, "kinds": kinds, "refused": refused}))
 """
 
 

@@ -22,6 +22,7 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 import torch_dipu
+from diopi import compile_default as device_aware
 from torch_dipu import compile_default
 from torch_dipu.config import DipuConfig
 from torch_dipu.state import get_state
@@ -34,7 +35,7 @@ def fresh_dynamo(monkeypatch):
     ``DIPU_COMPILE_BACKEND=aot_eager`` does: the vendor's own default may be a graph compiler, see
     test_fallback_backend_is_a_setting) and no warning given yet."""
     torch._dynamo.reset()
-    monkeypatch.setattr(compile_default, "_warned_inductor_settings", False)
+    monkeypatch.setattr(device_aware, "_warned_inductor_settings", False)
     saved = get_state().config.compile_backend
     compile_default.set_fallback_backend("aot_eager")
     yield
@@ -158,7 +159,7 @@ def test_reduce_overhead_on_dipu_warns_once_and_runs(inductor_calls):
         torch.compile(lambda t: t.tan(), options={"epilogue_fusion": False})(x)
     assert len([w for w in record if "inductor settings" in str(w.message)]) == 1
     assert inductor_calls == []
-    compile_default._warned_inductor_settings = False
+    device_aware._warned_inductor_settings = False
     with warnings.catch_warnings(record=True) as record:  # mode/options not given: nothing to warn about
         warnings.simplefilter("always")
         torch.compile(lambda t: t.exp())(x)
@@ -215,7 +216,7 @@ def test_fallback_backend_environment_variable(monkeypatch):
 
 def test_install_is_idempotent_and_uninstall_restores():
     wrapper = torch.compile
-    original = wrapper.__torch_dipu_original__
+    original = wrapper.__device_aware_original__
     compile_default.install()
     assert torch.compile is wrapper
     assert wrapper.__wrapped__ is original and wrapper.__name__ == "compile"
@@ -224,7 +225,7 @@ def test_install_is_idempotent_and_uninstall_restores():
         assert torch.compile is original
     finally:
         compile_default.install()
-    assert torch.compile is not wrapper and torch.compile.__torch_dipu_original__ is original
+    assert torch.compile is not wrapper and torch.compile.__device_aware_original__ is original
     torch.compile = wrapper  # the object other modules may have looked up
 
 

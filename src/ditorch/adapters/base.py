@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
+from importlib import metadata
 from types import ModuleType
 
 import torch
@@ -41,6 +42,21 @@ class Adapter:
         """A backend built into PyTorch (cuda, xpu, mps): nothing to import, nothing to mock."""
         return self.framework == "torch"
 
+    @property
+    def is_generic(self) -> bool:
+        """Found without an adapter of its own (:mod:`ditorch.adapters.generic`)."""
+        return False
+
+    @property
+    def uses_privateuse1(self) -> bool:
+        """Its plugin registers its device as PyTorch's PrivateUse1 backend (every plugin outside PyTorch does):
+        it cannot load while another plugin holds PrivateUse1."""
+        return not self.is_native
+
+    def describe(self) -> str:
+        """How ditorch knows this plugin: ``adapter <name>``, or the generic adapter's account."""
+        return f"adapter {self.name}"
+
     def is_present(self) -> bool:
         """Whether the plugin is installed (importable), without importing it."""
         return self.is_native or importlib.util.find_spec(self.framework) is not None
@@ -54,14 +70,31 @@ class Adapter:
         return getattr(torch, self.device_type)
 
     def is_available(self) -> bool:
-        """At least one device of this kind can be used now (call after :meth:`import_framework`)."""
+        """At least one device of this kind can be used now (call after :meth:`import_framework`): the device
+        module's ``is_available``/``device_count``, or ``torch.accelerator``'s where the module lacks them."""
         module = getattr(torch, self.device_type, None)
-        return bool(module is not None and module.is_available() and module.device_count() > 0)
+        if module is None:
+            return False
+        accelerator = torch.accelerator.current_accelerator()
+        generic = accelerator is not None and accelerator.type == self.device_type
+        available = getattr(module, "is_available", None)
+        count = getattr(module, "device_count", None)
+        if available is None and count is None and not generic:
+            return False
+        ok = available() if available is not None else torch.accelerator.is_available()
+        return bool(ok and (count() if count is not None else torch.accelerator.device_count()) > 0)
 
     def version(self) -> str:
-        """The plugin's version (``torch_npu.__version__``; torch's for native backends)."""
+        """The plugin's version (``torch_npu.__version__``, else its distribution's; torch's for native backends)."""
         module = torch if self.is_native else importlib.import_module(self.framework)
-        return str(getattr(module, "__version__", "unknown"))
+        version = getattr(module, "__version__", None)
+        if version is None:
+            for dist in metadata.packages_distributions().get(self.framework, []):
+                try:
+                    return metadata.version(dist)
+                except metadata.PackageNotFoundError:
+                    continue
+        return str(version or "unknown")
 
     def arch(self) -> str:
         """A short description of device 0 (its name), or the device type when it has none."""

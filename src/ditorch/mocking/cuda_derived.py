@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.cuda
 
+from ditorch.mocking import cuda_generic
+from ditorch.mocking.cuda_generic import Generic, NotSupportedOnDevice
 from ditorch.mocking.device_strings import Translator
 
 #: op_tools reports the user's line, not these wrappers, as an operator's call site.
@@ -43,33 +45,41 @@ MEMORY_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num
                    "max_split_size")
 
 
-class NotSupportedOnDevice(NotImplementedError):
-    """A ``torch.cuda`` function or class that the vendor's device has no counterpart for."""
-
-
 @dataclass(frozen=True)
 class Vendor:
-    """What a builder needs: the vendor's device module, the cuda→vendor translator, the adapter's name."""
+    """What a builder needs: the vendor's device module, the cuda→vendor translator, the adapter's name, and the
+    generic sources (:mod:`.cuda_generic`) for what the module lacks."""
 
     module: ModuleType
     translator: Translator
     name: str
+    generic: Generic
+
+    def function(self, name: str) -> Callable[..., Any] | None:
+        """The vendor module's function ``name``, else its generic derivation, else None."""
+        own = getattr(self.module, name, None)
+        if callable(own):
+            return own
+        builder = cuda_generic.BUILDERS.get(name)
+        return builder(self.generic) if builder is not None else None
 
     def call(self, name: str, *args: Any, default: Any = None) -> Any:
-        """``module.<name>(*args)``, or ``default`` when the vendor has no such function."""
-        fn = getattr(self.module, name, None)
+        """``<name>(*args)`` (the vendor's or the generic one), or ``default`` when neither exists."""
+        fn = self.function(name)
         return default if fn is None else fn(*args)
+
+    def optional(self, name: str, *args: Any, default: Any = None) -> Any:
+        """:meth:`call`, with ``default`` also where the device refuses (:class:`NotSupportedOnDevice`)."""
+        try:
+            return self.call(name, *args, default=default)
+        except NotSupportedOnDevice:
+            return default
 
     def index(self, device: Any) -> int:
         """The vendor device index meant by ``device`` (None: the current device; cuda or vendor devices)."""
-        if device is None:
-            return int(self.call("current_device", default=0))
-        if isinstance(device, int):
-            return device
         if isinstance(device, torch.cuda.device):
             return device.idx
-        device = torch.device(self.translator.device(device))
-        return int(self.call("current_device", default=0)) if device.index is None else device.index
+        return self.generic.index(device)
 
 
 class CudaDeviceProperties:
@@ -93,7 +103,8 @@ def capability(vendor: Vendor, properties: Any) -> tuple[int, int]:
         return major, int(getattr(properties, "minor", 0) or 0)
     if vendor.call("is_bf16_supported", default=False):
         return 8, 0
-    amp = vendor.call("get_amp_supported_dtype", default=[]) or []
+    amp = vendor.call("get_amp_supported_dtype", default=None)
+    amp = cuda_generic.autocast_dtypes(vendor.translator.device_type) if amp is None else amp
     return (7, 0) if torch.float16 in amp else (6, 0)
 
 
@@ -104,18 +115,23 @@ def _properties(vendor: Vendor) -> Callable[..., CudaDeviceProperties]:
         count = int(vendor.call("device_count", default=1))
         if not 0 <= index < count:
             raise AssertionError(f"Invalid device id {index}: {vendor.name} has {count} device(s)")
-        own = vendor.module.get_device_properties(index)
+        own_properties = getattr(vendor.module, "get_device_properties", None)
+        own = own_properties(index) if own_properties is not None else None
         fields = dict(CUDA_PROPERTY_FIELDS)
         fields.update({k: v for k, v in _attributes(own).items() if not k.startswith("_")})
         fields["major"], fields["minor"] = capability(vendor, own)
-        if not fields["total_memory"] and hasattr(vendor.module, "mem_get_info"):
-            fields["total_memory"] = int(vendor.module.mem_get_info(index)[1])
+        if not fields["name"]:
+            fields["name"] = str(vendor.call("get_device_name", index))
+        if not fields["total_memory"]:
+            fields["total_memory"] = int(vendor.optional("mem_get_info", index, default=(0, 0))[1])
         return CudaDeviceProperties(fields)
 
     return get_device_properties
 
 
 def _attributes(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
     if hasattr(obj, "__dict__") and vars(obj):
         return dict(vars(obj))
     return {k: getattr(obj, k) for k in dir(obj) if not k.startswith("_") and not callable(getattr(obj, k))}
@@ -147,11 +163,11 @@ def _device_class(vendor: Vendor) -> type:
             if self.idx >= 0:
                 self.prev_idx = vendor.index(None)
                 if self.prev_idx != self.idx:
-                    vendor.module.set_device(self.idx)
+                    vendor.call("set_device", self.idx)
 
         def __exit__(self, *exc: Any) -> bool:
             if self.idx >= 0 and self.prev_idx != self.idx:
-                vendor.module.set_device(self.prev_idx)
+                vendor.call("set_device", self.prev_idx)
             return False
 
     device.__module__ = "torch.cuda"
@@ -171,21 +187,30 @@ def _device_of(vendor: Vendor, device_class: type) -> type:
 
 
 def memory_stats_from(vendor: Vendor, device: Any) -> dict[str, int]:
-    """CUDA's flat ``memory_stats`` dict: every key CUDA reports (0 where the vendor does not say), the byte
-    counters filled from the vendor's allocated/reserved figures, then the vendor's own keys on top."""
+    """CUDA's flat ``memory_stats`` dict: every key CUDA reports (0 for the counters the device does not keep), the
+    byte counters filled from the device's allocated/reserved figures (the vendor's, else ``torch.accelerator``'s),
+    then the device's own statistics on top (the vendor's ``memory_stats``, else ``torch.accelerator``'s). A device
+    that keeps no figure at all raises :class:`NotSupportedOnDevice`: never zeros beside a live tensor."""
     index = vendor.index(device)
     stats = {f"{s}.{p}.{m}": 0 for s in MEMORY_STATISTICS for p in MEMORY_POOLS for m in MEMORY_MEASURES}
     stats.update({f"{s}.{m}": 0 for s in MEMORY_UNPOOLED for m in MEMORY_MEASURES})
     stats.update(dict.fromkeys(MEMORY_COUNTERS, 0))
-    allocated = vendor.call("memory_allocated", index, default=0)
-    peak = vendor.call("max_memory_allocated", index, default=allocated)
-    reserved = vendor.call("memory_reserved", index, default=allocated)
-    reserved_peak = vendor.call("max_memory_reserved", index, default=max(reserved, peak))
+    allocated = vendor.call("memory_allocated", index)  # raises where the device keeps no statistics
+    peak = vendor.optional("max_memory_allocated", index, default=allocated)
+    reserved = vendor.optional("memory_reserved", index, default=allocated)
+    reserved_peak = vendor.optional("max_memory_reserved", index, default=max(reserved, peak))
     for name in ("allocated_bytes", "active_bytes", "requested_bytes"):
         stats[f"{name}.all.current"], stats[f"{name}.all.peak"] = allocated, peak
     stats["reserved_bytes.all.current"], stats["reserved_bytes.all.peak"] = reserved, reserved_peak
-    own = vendor.call("memory_stats", index, default={}) or {}
-    stats.update({k: v for k, v in own.items() if isinstance(v, int | float)})
+    own = getattr(vendor.module, "memory_stats", None)
+    if own is not None:
+        own_stats = own(index) or {}
+    else:
+        try:
+            own_stats = dict(torch.accelerator.memory_stats(index))
+        except (RuntimeError, NotImplementedError, AttributeError):
+            own_stats = {}
+    stats.update({k: v for k, v in own_stats.items() if isinstance(v, int | float)})
     return dict(sorted(stats.items()))
 
 
@@ -217,7 +242,10 @@ def _alias(vendor_name: str) -> Callable[[Vendor], Callable[..., Any]]:
 
     def build(vendor: Vendor) -> Callable[..., Any]:
         def alias(*args: Any, **kwargs: Any) -> Any:
-            return getattr(vendor.module, vendor_name)(*args, **kwargs)
+            fn = vendor.function(vendor_name)
+            if fn is None:
+                raise NotSupportedOnDevice(f"torch.cuda's {vendor_name} is not supported on {vendor.name}")
+            return fn(*args, **kwargs)
 
         alias.__doc__ = f"The vendor's ``{vendor_name}`` (CUDA's older name for it)."
         return vendor.translator.wrap(alias)
@@ -238,8 +266,8 @@ def _constant(value: Any, doc: str) -> Callable[[Vendor], Callable[..., Any]]:
 
 def _device_memory_used(vendor: Vendor) -> Callable[..., int]:
     def device_memory_used(device: Any = None) -> int:
-        """Bytes in use on the device (total minus free, from the vendor's ``mem_get_info``)."""
-        free, total = vendor.module.mem_get_info(vendor.index(device))
+        """Bytes in use on the device (total minus free, from ``mem_get_info``)."""
+        free, total = vendor.call("mem_get_info", vendor.index(device))
         return int(total - free)
 
     return device_memory_used
@@ -249,7 +277,7 @@ def _list_gpu_processes(vendor: Vendor) -> Callable[..., str]:
     def list_gpu_processes(device: Any = None) -> str:
         """This process and the memory it holds on the device (the vendor does not list other processes)."""
         index = vendor.index(device)
-        reserved = vendor.call("memory_reserved", index, default=0)
+        reserved = vendor.call("memory_reserved", index)
         return f"{vendor.translator.device_type}:{index}\nprocess {os.getpid():>10d} uses {reserved / 2**20:12.3f} MB"
 
     return list_gpu_processes

@@ -6,7 +6,9 @@ name a new PyTorch adds is classified too. Each name resolves to one of:
 - ``derived``: built by ditorch from the vendor module (:mod:`.cuda_derived`), for names that must be CUDA-shaped
   whatever the vendor offers (``device`` is a class, properties have ``major``, ``memory_stats`` has CUDA's keys);
 - ``vendor``: the vendor module's object of the same name (device arguments translated from cuda);
-- ``derived`` also where the vendor has no object of that name but ditorch can build it;
+- ``generic``: where the vendor module has no object of that name, derived from PyTorch's device-generic APIs
+  (:mod:`.cuda_generic`: ``torch.accelerator``, ``torch.Stream``, ``torch.Event``, autocast, ...);
+- ``derived`` also where neither has it but ditorch can build it (constants with one honest answer, aliases);
 - ``kept``: PyTorch's own object, which works unchanged over the mapped names (``memory_summary``,
   ``StreamContext``, the autocast classes), or a type or constant (legacy tensor types, exceptions);
 - ``unsupported``: replaced by an object that raises :class:`NotSupportedOnDevice` naming the vendor (a class
@@ -24,8 +26,9 @@ from typing import Any
 import torch
 import torch.cuda
 
-from ditorch.mocking import cuda_derived
+from ditorch.mocking import cuda_derived, cuda_generic
 from ditorch.mocking.cuda_derived import NotSupportedOnDevice, Vendor
+from ditorch.mocking.cuda_generic import Generic
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.patches import Patches
 from ditorch.mocking.stand_in import mirroring
@@ -64,7 +67,7 @@ HINTS = {
     "green_contexts": "green contexts partition NVIDIA streaming multiprocessors",
 }
 
-KINDS = ("derived", "vendor", "kept", "unsupported")
+KINDS = ("derived", "generic", "vendor", "kept", "unsupported")
 __all__ = ["KINDS", "NotSupportedOnDevice", "entries", "install", "surface"]
 
 
@@ -120,6 +123,8 @@ def classify(name: str, vendor_module: types.ModuleType) -> str:
         return "kept"
     if hasattr(vendor_module, name):
         return "vendor"
+    if name in cuda_generic.SOURCES:
+        return "generic"
     if name in cuda_derived.BUILDERS:
         return "derived"
     return "unsupported"
@@ -151,8 +156,9 @@ def _unsupported(original: Any, qualname: str, vendor: str, hint: str) -> Any:
 
 def install(patches: Patches, vendor_module: types.ModuleType, tr: Translator, vendor_name: str) -> None:
     """Replace every public ``torch.cuda`` name (and its submodules') as :func:`classify` says."""
-    vendor = Vendor(vendor_module, tr, vendor_name)
-    derived = cuda_derived.build_all(vendor)
+    generic = Generic(vendor_module, tr.device_type, tr, vendor_name)
+    vendor = Vendor(vendor_module, tr, vendor_name, generic)
+    derived = {**cuda_generic.build(generic), **cuda_derived.build_all(vendor)}
     done: dict[int, Any] = {}  # one replacement per original object, shared by every module that exports it
     for sub, module, name in list(surface()):
         kind = classify(name, vendor_module)
@@ -161,7 +167,7 @@ def install(patches: Patches, vendor_module: types.ModuleType, tr: Translator, v
         original = getattr(module, name, None)
         key = id(original) if original is not None else hash((sub, name))
         if key not in done:
-            if kind == "derived":
+            if kind in ("derived", "generic"):
                 done[key] = derived[name]
             elif kind == "vendor":
                 value = getattr(vendor_module, name)
