@@ -9,6 +9,7 @@ adapter) ask this module; it imports nothing of the project and has no side effe
 
 from __future__ import annotations
 
+import os
 import types
 from dataclasses import dataclass
 from importlib import metadata
@@ -58,7 +59,7 @@ def _device_module(device_type: str) -> types.ModuleType | None:
 
 
 def _autoload_entry(package: str) -> str | None:
-    if not package:
+    if not package or os.environ.get(AUTOLOAD_SWITCH, "1") != "1":  # PyTorch's own test of the switch
         return None
     for ep in metadata.entry_points(group=AUTOLOAD_GROUP):
         if ep.value.split(":")[0].split(".")[0] == package:

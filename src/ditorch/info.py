@@ -31,7 +31,7 @@ def device_lines(adapter: Adapter | None) -> list[str]:
     module = adapter.device_module()
     groups: list[tuple[int, int, str]] = []  # first index, last index, description
     for index in range(_try(module.device_count, 0)):
-        name = _try(lambda i=index: module.get_device_name(i), "?")
+        name = _try(lambda i=index: module.get_device_name(i), adapter.device_type)
         memory = getattr(_try(lambda i=index: module.get_device_properties(i)), "total_memory", None)
         text = f"{name}  {_gib(memory)}" if memory else str(name)
         if groups and groups[-1][2] == text:

@@ -53,6 +53,7 @@ _queued_tensors = 0
 # the next call takes as input) is not reduced again.
 _waiting: dict[int, tuple[weakref.ref, int, Targets]] = {}
 _has_float64: dict[str, bool] = {}
+_reducible: dict[tuple[str, torch.dtype, torch.dtype], bool] = {}
 
 
 def pending() -> int:
@@ -60,13 +61,28 @@ def pending() -> int:
     return _queued_tensors
 
 
+def _can_reduce(device: torch.device, dtype: torch.dtype, acc: torch.dtype) -> bool:
+    """Whether the device reduces a tensor of ``dtype`` into ``acc`` (a vendor may lack the kernels of some dtypes:
+    ``isfinite`` or ``abs`` of float32 only); tried once per device type and dtypes, on a two-element tensor."""
+    key = (device.type, dtype, acc)
+    known = _reducible.get(key)
+    if known is None:
+        try:
+            _reduce([torch.zeros(2, dtype=dtype, device=device)], acc)
+            known = True
+        except Exception:
+            known = False
+        _reducible[key] = known
+    return known
+
+
 def _wide(device: torch.device) -> torch.dtype:
-    """float64 where the device has it, else float32."""
+    """float64 where the device has it and reduces in it, else float32."""
     known = _has_float64.get(device.type)
     if known is None:
         try:
             torch.zeros((), dtype=torch.float64, device=device)
-            known = True
+            known = _can_reduce(device, torch.float64, torch.float64)
         except Exception:
             known = False
         _has_float64[device.type] = known
@@ -75,13 +91,16 @@ def _wide(device: torch.device) -> torch.dtype:
 
 def _as_float(t: torch.Tensor, wide: torch.dtype) -> torch.Tensor:
     """A floating tensor with ``t``'s values (as the CPU kernel: complex as magnitudes, integers of 4 bytes
-    or more in ``wide``, other integers and booleans in float32)."""
+    or more in ``wide``, other integers and booleans in float32), in ``wide`` when the device cannot reduce
+    its dtype."""
     t = t.detach()
     if t.is_complex():
         t = t.abs()
-    if t.is_floating_point():
-        return t
-    return t.to(wide if t.dtype != torch.bool and t.element_size() >= 4 else torch.float32)
+    if not t.is_floating_point():
+        t = t.to(wide if t.dtype != torch.bool and t.element_size() >= 4 else torch.float32)
+    if t.dtype != wide and not _can_reduce(t.device, t.dtype, wide):
+        t = t.to(wide)
+    return t
 
 
 def _reduce(tensors: list[torch.Tensor], acc: torch.dtype) -> torch.Tensor:

@@ -25,6 +25,7 @@ import torch
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs
 from op_tools import upstream_capture
+from op_tools.device_sync import synchronizer
 from op_tools.naming import is_uninitialized_name, resolve_function
 
 __all__ = ["CaseResult", "ReplayOptions", "find_cases", "not_replayable", "replay_case", "replay_dir", "run_stats"]
@@ -131,11 +132,7 @@ def _target_device(record: dict[str, Any], explicit: str | None) -> str:
 
 
 def _sync(device: str) -> None:
-    kind = torch.device(device).type
-    if kind != "cpu":
-        module = getattr(torch, kind, None)
-        if module is not None and hasattr(module, "synchronize"):
-            module.synchronize()
+    synchronizer(torch.device(device).type)()
 
 
 class _Rebuilt:

@@ -2,11 +2,12 @@
 
 Two modes (``mode=`` or ``OP_TIME_MEASURE_MODE``):
 
-- ``event`` (the default on a device with timing events): a timing event is recorded on the current stream
-  before and after each call; nothing waits for the device per op. The times are read when the tool stops
-  (or, to keep memory bounded, with one synchronization whenever :data:`MAX_PENDING` calls are waiting).
+- ``event`` (the default on a device with timing events: its module's ``Event``, else ``torch.Event``; see
+  :func:`op_tools.device_sync.timing_event_factory`): a timing event is recorded on the current stream before
+  and after each call; nothing waits for the device per op. The times are read when the tool stops (or, to
+  keep memory bounded, with one synchronization whenever :data:`MAX_PENDING` calls are waiting).
 - ``sync`` (the default on the CPU, and the seeds' way): the device is synchronized before and after each
-  call and the host clock (``time.perf_counter``) measures it.
+  call (:func:`op_tools.device_sync.synchronizer`) and the host clock (``time.perf_counter``) measures it.
 
 The backward of a call is timed on the autograd nodes the call created, through the engine's one backward
 mechanism (:mod:`op_tools.autograd_hooks`, ``Phase.BACKWARD_NODES``): a pre-hook and a post-hook per node
@@ -39,6 +40,7 @@ from typing import Any
 import torch
 
 from op_tools import config
+from op_tools.device_sync import synchronizer, timing_event_factory
 from op_tools.naming import COLLECTIVES, is_collective_name
 from op_tools.protocol import OpCall, Phase, Ran, print_line
 from op_tools.results import ResultTable
@@ -82,7 +84,7 @@ class OpTimeMeasure(ResultsTool):
     """Time every operator call's forward and backward on the device, and summarize by op name.
 
     Keywords (environment variable in brackets): ``mode`` ``"event"`` or ``"sync"`` [``OP_TIME_MEASURE_MODE``;
-    default event where the device module has ``Event``, sync on the CPU], ``top`` (rows of the summary
+    default event where the device has timing events, sync on the CPU], ``top`` (rows of the summary
     printed at stop, default 20) [``OP_TIME_MEASURE_TOP``], ``ops``/``disable_ops``
     [``OP_TIME_MEASURE_LIST`` / ``OP_TIME_MEASURE_DISABLE_LIST``], ``steps`` [``OP_TIME_MEASURE_STEPS``],
     ``backward`` (also time the backward, default True), ``collectives`` (time ``torch.distributed``
@@ -124,13 +126,8 @@ class OpTimeMeasure(ResultsTool):
         return config.time_measure_config()
 
     def apply_config(self, cfg: config.TimeMeasureConfig) -> None:
-        self._module: Any = None
-        if self.device_type != "cpu":
-            try:
-                self._module = torch.get_device_module(self.device_type)
-            except (RuntimeError, AttributeError):  # a device without a torch.<device> module: sync mode, no sync
-                self._module = None
-        has_events = self._module is not None and hasattr(self._module, "Event")
+        self._new_event = timing_event_factory(self.device_type)
+        has_events = self._new_event is not None
         mode = self._explicit_mode if self._explicit_mode is not None else cfg.mode
         if mode is None:
             mode = "event" if has_events else "sync"
@@ -141,7 +138,7 @@ class OpTimeMeasure(ResultsTool):
                              f"none (use mode='sync')")
         self.mode = mode
         self.top = cfg.top if self._explicit_top is None else self._explicit_top
-        self._sync: Callable[[], None] = getattr(self._module, "synchronize", None) or (lambda: None)
+        self._sync: Callable[[], None] = synchronizer(self.device_type)
 
     def start(self) -> OpTimeMeasure:
         if not self.active:
@@ -187,7 +184,7 @@ class OpTimeMeasure(ResultsTool):
         if self.mode == "sync":
             self._sync()
             return time.perf_counter()
-        event = self._module.Event(enable_timing=True)
+        event = self._new_event()
         event.record()
         return event
 

@@ -87,7 +87,8 @@ def test_quiet_silences_the_banner():
 
 
 @pytest.mark.parametrize(("setup", "vendor", "expected"), [
-    ((), "nosuch", ["'nosuch' is neither a known adapter", "nor an installed plugin package", "known: biren, cuda, dipu, mlu, mps, musa, npu, xpu, cpu"]),
+    ((), "nosuch", ["'nosuch' is neither a known adapter", "nor an installed plugin package",
+                    "known: biren, cuda, dipu, mlu, mps, musa, npu, xpu, cpu"]),
     (("broken_mlu",), "mlu", ["DITORCH_VENDOR=mlu", "torch_mlu failed", "libcnrt.so"]),
     ((), "npu", ["DITORCH_VENDOR=npu", "torch_npu is not installed"]),
 ])

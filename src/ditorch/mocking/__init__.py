@@ -12,6 +12,7 @@
 - ``torch.profiler``'s CUDA activity becomes the vendor's, or is dropped with one warning (:mod:`.profiler`);
 - ``with torch.device(...)``/``set_default_device`` keep working over the wrapped factories;
 - ``nn.DataParallel`` works over one device and refuses several clearly (:mod:`.data_parallel`);
+- ``model.cuda()`` keeps each parameter the same object, so tied weights stay tied (:mod:`.module_identity`);
 - on request, the dtype policy (:mod:`.dtype_policy`, ``DITORCH_DTYPE_CAST``) and ``tensor.device`` shown as
   cuda (:mod:`.show_device`, ``DITORCH_SHOW_DEVICE_AS_CUDA``).
 
@@ -26,7 +27,16 @@ from dataclasses import dataclass
 import torch
 
 from ditorch.adapters.base import Adapter
-from ditorch.mocking import cuda_module, data_parallel, device_strings, distributed, profiler, show_device, switches
+from ditorch.mocking import (
+    cuda_module,
+    data_parallel,
+    device_strings,
+    distributed,
+    module_identity,
+    profiler,
+    show_device,
+    switches,
+)
 from ditorch.mocking.device_strings import Translator
 from ditorch.mocking.dtype_policy import DtypePolicy, plugin_directory, supports_dtype_query
 from ditorch.mocking.patches import Patches
@@ -83,6 +93,7 @@ def install(adapter: Adapter, *, show_device_as_cuda: bool | None = None,
         distributed.install(patches, adapter, translator)
         profiler.install(patches, adapter.device_type)
         data_parallel.install(patches, translator, adapter.name)
+        module_identity.install(patches, adapter.device_type)
         if policy is not None:
             _install_conversions(patches, translator)
         if show:

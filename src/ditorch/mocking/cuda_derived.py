@@ -85,10 +85,18 @@ class Vendor:
 class CudaDeviceProperties:
     """CUDA-shaped device properties: every field of CUDA's, the vendor's value where it reports one and
     ``0``/``""`` where it does not; ``major``/``minor`` from :func:`capability`. Fields the vendor reports
-    beyond CUDA's are kept too."""
+    beyond CUDA's are kept too. ``total_memory`` is never made up: where neither the vendor's properties nor
+    ``mem_get_info`` know it, reading it raises :class:`NotSupportedOnDevice` (code divides by it)."""
 
-    def __init__(self, fields: dict[str, Any]) -> None:
+    def __init__(self, fields: dict[str, Any], unknown: dict[str, str] | None = None) -> None:
         self.__dict__.update(fields)
+        self._unknown = unknown or {}
+
+    def __getattr__(self, name: str) -> Any:  # only for fields not set: the unknown ones
+        unknown = self.__dict__.get("_unknown", {})
+        if name in unknown:
+            raise NotSupportedOnDevice(unknown[name])
+        raise AttributeError(name)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k in CUDA_PROPERTY_FIELDS)
@@ -122,9 +130,14 @@ def _properties(vendor: Vendor) -> Callable[..., CudaDeviceProperties]:
         fields["major"], fields["minor"] = capability(vendor, own)
         if not fields["name"]:
             fields["name"] = str(vendor.call("get_device_name", index))
+        unknown = {}
         if not fields["total_memory"]:
             fields["total_memory"] = int(vendor.optional("mem_get_info", index, default=(0, 0))[1])
-        return CudaDeviceProperties(fields)
+        if not fields["total_memory"]:
+            del fields["total_memory"]
+            unknown["total_memory"] = (f"torch.cuda.get_device_properties({index}).total_memory is not known on "
+                                       f"{vendor.name}: it reports neither properties nor mem_get_info")
+        return CudaDeviceProperties(fields, unknown)
 
     return get_device_properties
 

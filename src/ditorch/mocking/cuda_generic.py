@@ -15,7 +15,6 @@ made-up value: where the plugin cannot answer (its allocator keeps no statistics
 from __future__ import annotations
 
 import random
-import threading
 import warnings
 import weakref
 from collections.abc import Callable
@@ -51,9 +50,6 @@ class Generic:
         self.vendor_name = vendor_name
         #: streams made through ``torch.cuda.Stream`` (synchronize's fallback waits for each of them)
         self.streams: weakref.WeakSet[torch.Stream] = weakref.WeakSet()
-        #: why the plugin's device-wide synchronization failed (None: it works, or was not tried yet)
-        self.guard_sync_failure: str | None = None
-        self._lock = threading.Lock()
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def own(self, name: str) -> Callable[..., Any] | None:
@@ -76,10 +72,21 @@ class Generic:
 
     def current_device(self) -> int:
         own = self.own("current_device")
-        return int(own()) if own is not None else torch.accelerator.current_device_index()
+        if own is not None:
+            return int(own())
+        self.accelerator("current_device")
+        return torch.accelerator.current_device_index()
 
     def device(self, device: Any = None) -> torch.device:
         return torch.device(self.device_type, self.index(device))
+
+    def accelerator(self, qualname: str) -> None:
+        """Refuse ``torch.cuda.<qualname>`` unless ``torch.accelerator`` serves this device type (it serves one
+        accelerator per process: another plugin's, or none when cuda is mapped onto the CPU)."""
+        current = torch.accelerator.current_accelerator()
+        if current is None or current.type != self.device_type:
+            serves = f"serves {current.type}" if current is not None else "has no accelerator"
+            raise self.refuse(qualname, f"torch.accelerator {serves}, not {self.device_type}")
 
     def refuse(self, qualname: str, why: str) -> NotSupportedOnDevice:
         return NotSupportedOnDevice(f"torch.cuda.{qualname} is not supported on {self.vendor_name} ({why})")
@@ -111,6 +118,7 @@ def _is_available(g: Generic) -> Callable[[], bool]:
 def _device_count(g: Generic) -> Callable[[], int]:
     def device_count() -> int:
         """``torch.accelerator.device_count()``."""
+        g.accelerator("device_count")
         return torch.accelerator.device_count()
 
     return device_count
@@ -119,6 +127,7 @@ def _device_count(g: Generic) -> Callable[[], int]:
 def _current_device(g: Generic) -> Callable[[], int]:
     def current_device() -> int:
         """``torch.accelerator.current_device_index()``."""
+        g.accelerator("current_device")
         return torch.accelerator.current_device_index()
 
     return current_device
@@ -128,6 +137,7 @@ def _set_device(g: Generic) -> Callable[[Any], None]:
     def set_device(device: Any) -> None:
         """``torch.accelerator.set_device_index`` (a negative index: no change)."""
         index = g.index(device)
+        g.accelerator("set_device")
         if index >= 0:
             torch.accelerator.set_device_index(index)
 
@@ -140,22 +150,12 @@ def _synchronize(g: Generic) -> Callable[..., None]:
     def synchronize(device: Any = None) -> None:
         """Wait for all work on the device: ``torch.accelerator.synchronize`` (the plugin's device guard). Where the
         plugin's guard fails at that, wait for each stream instead: the device's current stream and every stream
-        made through ``torch.cuda.Stream``."""
+        made through ``torch.cuda.Stream`` (:class:`op_tools.device_sync.AcceleratorSync`)."""
+        from op_tools.device_sync import accelerator_sync  # the one implementation, shared with op_tools' timing
+
         index = g.index(device)
-        if g.guard_sync_failure is None:
-            current = g.current_device()
-            try:
-                torch.accelerator.synchronize(index)
-                return
-            except RuntimeError as exc:
-                with g._lock:
-                    g.guard_sync_failure = " ".join(str(exc).split())[:200]
-                if g.current_device() != current:  # a failing guard may leave another device current
-                    torch.accelerator.set_device_index(current)
-        torch.accelerator.current_stream(index).synchronize()
-        for stream in list(g.streams):
-            if stream.device_index == index:
-                stream.synchronize()
+        g.accelerator("synchronize")
+        accelerator_sync(g.device_type)(index, [s for s in list(g.streams) if s.device_index == index])
 
     return synchronize
 
@@ -199,6 +199,7 @@ def as_stream(stream_class: type, stream: torch.Stream) -> torch.Stream:
 def _current_stream(g: Generic, stream_class: type) -> Callable[..., torch.Stream]:
     def current_stream(device: Any = None) -> torch.Stream:
         """``torch.accelerator.current_stream`` as a ``torch.cuda.Stream``."""
+        g.accelerator("current_stream")
         return as_stream(stream_class, torch.accelerator.current_stream(g.index(device)))
 
     return current_stream
@@ -207,6 +208,7 @@ def _current_stream(g: Generic, stream_class: type) -> Callable[..., torch.Strea
 def _set_stream(g: Generic) -> Callable[[Any], None]:
     def set_stream(stream: Any) -> None:
         """``torch.accelerator.set_stream`` (None: no change)."""
+        g.accelerator("set_stream")
         if stream is not None:
             torch.accelerator.set_stream(stream)
 
@@ -256,6 +258,7 @@ def _memory(name: str, accelerator_name: str) -> Callable[[Generic], Callable[..
         fn = getattr(torch.accelerator, accelerator_name, None)
 
         def memory(device: Any = None) -> Any:
+            g.accelerator(name)
             if fn is None:
                 raise g.refuse(name, f"{source} does not exist in torch {torch.__version__}")
             return g.call_plugin(name, source, fn, g.index(device))
@@ -271,6 +274,7 @@ def _empty_cache(g: Generic) -> Callable[[], None]:
     def empty_cache() -> None:
         """``torch.accelerator.empty_cache()``; a plugin whose allocator caches nothing has nothing to release."""
         try:
+            g.accelerator("empty_cache")
             g.call_plugin("empty_cache", "torch.accelerator.empty_cache", torch.accelerator.empty_cache)
         except NotSupportedOnDevice:
             return
@@ -334,10 +338,14 @@ def _manual_seed_all(g: Generic) -> Callable[[int], None]:
     def manual_seed_all(seed: int) -> None:
         """Seed every device: the vendor's ``manual_seed`` on each, or each default generator."""
         own, seed = g.own("manual_seed"), int(seed)
-        for index in range(torch.accelerator.device_count()):
+        count, current, select = resolved(g, "device_count")(), g.current_device(), resolved(g, "set_device")
+        for index in range(count):
             if own is not None:
-                with torch.accelerator.device_index(index):
+                select(index)
+                try:
                     own(seed)
+                finally:
+                    select(current)
             else:
                 _generator(g, "manual_seed_all", index).manual_seed(seed)
 
@@ -388,7 +396,7 @@ def _get_rng_state_all(g: Generic) -> Callable[[], list[torch.Tensor]]:
     def get_rng_state_all() -> list[torch.Tensor]:
         """Every device's RNG state (``get_rng_state`` per device)."""
         get = resolved(g, "get_rng_state")
-        return [get(index) for index in range(torch.accelerator.device_count())]
+        return [get(index) for index in range(resolved(g, "device_count")())]
 
     return get_rng_state_all
 

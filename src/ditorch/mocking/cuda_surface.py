@@ -101,8 +101,20 @@ def public_names(module: types.ModuleType) -> list[str]:
     return [n for n in names if not isinstance(getattr(module, n, None), types.ModuleType)]
 
 
+_SURFACE: list[tuple[str, types.ModuleType, str]] = []
+
+
 def surface() -> Iterator[tuple[str, types.ModuleType, str]]:
-    """(submodule name or ``""``, module, name) for every public name of ``torch.cuda`` and its submodules."""
+    """(submodule name or ``""``, module, name) for every public name of ``torch.cuda`` and its submodules. Read
+    once per process, at the first call (:func:`install` makes it before replacing anything): a class the mapping
+    replaced no longer looks defined in its submodule (``torch.cuda.streams.Stream``), so a later reading would
+    miss it."""
+    if not _SURFACE:
+        _SURFACE.extend(_read_surface())
+    return iter(_SURFACE)
+
+
+def _read_surface() -> Iterator[tuple[str, types.ModuleType, str]]:
     top = [n for n in dir(torch.cuda) if not n.startswith("_")]
     names = sorted(set(torch.cuda.__all__) | {n for n in top if n in KEPT})
     for name in names:

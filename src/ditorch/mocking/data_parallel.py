@@ -13,6 +13,7 @@ vendor's device at all. ditorch makes it:
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 import torch
@@ -39,16 +40,19 @@ def install(patches: Patches, tr: Translator, vendor: str) -> None:
               dim: int = 0) -> None:
         if device_ids is not None:
             device_ids = [tr.device(d) for d in device_ids]
+        # PyTorch's default: every device when cuda is available (checked before PyTorch's own __init__, which
+        # compares the devices' properties first)
+        count = len(device_ids) if device_ids is not None else (tr.device_count() if torch.cuda.is_available() else 0)
+        if count > 1:
+            raise RuntimeError(
+                f"nn.DataParallel over {count} {tr.device_type} devices is not supported on {vendor}: "
+                "its scatter, replicate and gather are CUDA kernels. Use DistributedDataParallel, one process per "
+                "device (torchrun --nproc-per-node N train.py; the 'nccl' backend is mapped to the vendor's), or "
+                "run on one device (CUDA_VISIBLE_DEVICES=0, or device_ids=[0]), where DataParallel works.")
         init(self, module, device_ids, tr.device(output_device) if output_device is not None else None, dim)
         source = getattr(self, "src_device_obj", None)
         if source is None or source.type != "cuda":
             return
-        if len(self.device_ids) > 1:
-            raise RuntimeError(
-                f"nn.DataParallel over {len(self.device_ids)} {tr.device_type} devices is not supported on {vendor}: "
-                "its scatter, replicate and gather are CUDA kernels. Use DistributedDataParallel, one process per "
-                "device (torchrun --nproc-per-node N train.py; the 'nccl' backend is mapped to the vendor's), or "
-                "run on one device (CUDA_VISIBLE_DEVICES=0), where DataParallel works.")
         self.src_device_obj = torch.device(tr.device_type, self.device_ids[0])
         self.module.to(self.src_device_obj)
 
@@ -59,5 +63,14 @@ def install(patches: Patches, tr: Translator, vendor: str) -> None:
             return forward(self, *inputs, **kwargs)
         return self.module(*_to(inputs, device), **_to(kwargs, device))
 
+    data_parallel_module = importlib.import_module("torch.nn.parallel.data_parallel")  # the package has a function
+    check_balance = data_parallel_module._check_balance
+
+    @functools.wraps(check_balance)
+    def check_balance_(device_ids: Any) -> None:
+        if len(device_ids) > 1:  # one device is balanced by definition (PyTorch divides by its memory size)
+            check_balance(device_ids)
+
+    patches.set(data_parallel_module, "_check_balance", check_balance_)
     patches.set(DataParallel, "__init__", init_)
     patches.set(DataParallel, "forward", forward_)
