@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from ditorch import __version__
@@ -19,6 +20,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    if args.probe:
+        from ditorch import probe
+
+        return probe.run(args.json)
+    if args.json is not None:
+        print("ditorch info: error: --json is the probe's output: use it with --probe", file=sys.stderr)
+        return 2
     from ditorch import info
 
     return info.run()
@@ -95,7 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("info", help="show the framework, devices, adapters and DITORCH_* switches",
                             description="Show what `import ditorch` found: framework and version, devices and "
-                                        "memory, adapters found/failed/not installed, DITORCH_* switches in force.")
+                                        "memory, adapters found/failed/not installed, DITORCH_* switches in force. "
+                                        "With --probe: run every mapped torch.cuda name and a few CUDA idioms on "
+                                        "the device and print one row per check (native, derived, unsupported, "
+                                        "wrong; docs/ditorch.md); exit status 1 when a row is wrong, 2 with no "
+                                        "device to probe.")
+    p.add_argument("--probe", action="store_true",
+                   help="run every mapped torch.cuda name and CUDA idiom on the device and check the answers")
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="with --probe: where to write the JSON copy of the table (default ditorch_probe.json)")
     p.set_defaults(handler=_info)
 
     from ditorch import run as run_command

@@ -117,6 +117,15 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
     return host.contiguous()
 
 
+def _eager(hook: Any) -> Any:
+    """``hook`` run eagerly when ``torch.compile`` traces a module call: the compiled graph breaks around it, so it
+    sees real tensors (Dynamo would otherwise trace it with fake ones, and its host copies and statistics fail).
+    Only where Dynamo is already imported (a model compiled before the dump starts, as ``ditorch dump-modules``
+    and ``ditorch parity`` find it): importing it costs about a second, and without it nothing is compiled."""
+    dynamo = sys.modules.get("torch._dynamo")
+    return dynamo.disable(hook, recursive=True) if dynamo is not None else hook
+
+
 def _sequence_nr(node: Any) -> int:
     get = getattr(node, "_sequence_nr", None)
     return int(get()) if get is not None else -1
@@ -246,11 +255,12 @@ class ModuleDump:
         self.rank_dir = self.out_dir / f"rank{process_rank()}"
         self.rank_dir.mkdir(parents=True, exist_ok=True)
         self._modules = {}
+        pre_hook, post_hook = _eager(self._pre_hook), _eager(self._post_hook)
         for path, module in self.model.named_modules():
             self._paths[id(module)] = path
             self._modules[path] = type(module).__name__
-            self._handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True))
+            self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(post_hook, with_kwargs=True))
             for name, param in module.named_parameters(recurse=False):
                 owners = self._owners.setdefault(id(param), [])
                 if not owners and param.requires_grad:

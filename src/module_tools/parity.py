@@ -3,7 +3,9 @@
 :func:`run_parity` runs the unmodified script twice, each in a fresh interpreter (``sys.executable``):
 
 - the **reference run** on the CPU, with ditorch's cuda mapping pointed at the CPU (``DITORCH_VENDOR=cpu``), so
-  CUDA-written code (``.cuda()``, ``device="cuda"``) runs there unchanged;
+  CUDA-written code (``.cuda()``, ``device="cuda"``) runs there unchanged; it answers the queries a script chooses
+  its dtype by (``torch.cuda.is_bf16_supported()``, ``get_device_capability()``) as the device does (asked first,
+  ``python -m ditorch.parity_run --probe``), so both runs take the same branch;
 - the **device run** with ditorch and the present vendor, under :class:`op_tools.random_on_cpu.OpRandomOnCPU`:
   every random call (dropout, ``rand*``, ``normal_``, attention dropout, random factories with ``device=``)
   draws from the CPU generator and its result moves to the device, so both runs see the same masks.
@@ -17,6 +19,7 @@ applies), both are dumped with :class:`~module_tools.dump.ModuleDump` (the model
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -68,13 +71,30 @@ def _child_env(run: str, env: Mapping[str, str] | None) -> dict[str, str]:
     return base
 
 
+def _device_answers(env: Mapping[str, str] | None) -> str:
+    """The device's answers to the dtype-choosing ``torch.cuda`` queries (``ditorch.parity_run.PROBED``), as JSON,
+    asked in the device run's environment; ``"{}"`` when the probe fails (the device run then fails and is named)."""
+    proc = subprocess.run([sys.executable, "-m", "ditorch.parity_run", "--probe"], env=_child_env("test", env),
+                          capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return "{}"
+    try:
+        answers = json.loads(lines[-1])
+    except ValueError:
+        return "{}"
+    return json.dumps(answers) if isinstance(answers, dict) else "{}"
+
+
 def _run_child(run: str, script: str, args: Sequence[str], steps: int, out: Path, stats_only: bool,
-               random_on_cpu: bool, env: Mapping[str, str] | None, fixed_input: Path | None = None) -> tuple[int, str]:
+               random_on_cpu: bool, env: Mapping[str, str] | None, fixed_input: Path | None = None,
+               device_answers: str | None = None) -> tuple[int, str]:
     """One run in a fresh interpreter; its exit status and the tail of its stderr (output in ``<run>.log``)."""
     command = [sys.executable, "-m", "ditorch.parity_run", "--child", run, "--steps", str(steps),
                "--out", str(out / run)]
     command += ["--stats-only"] * stats_only + ["--no-random-on-cpu"] * (not random_on_cpu)
     command += ["--fixed-input", str(fixed_input)] if fixed_input is not None else []
+    command += ["--device-answers", device_answers] if device_answers is not None else []
     proc = subprocess.run([*command, "--", script, *args], env=_child_env(run, env), capture_output=True, text=True)
     with atomic_open(out / f"{run}.log", "w", encoding="utf-8") as f:
         f.write(proc.stdout + proc.stderr)
@@ -105,7 +125,8 @@ def run_parity(script: str, args: Sequence[str] = (), steps: int = DEFAULT_STEPS
     for run in runs:
         shutil.rmtree(out_dir / run, ignore_errors=True)
         replay = ref_dir if fixed_input and run == "test" else None
-        status, tail = _run_child(run, script, args, steps, out_dir, stats_only, random_on_cpu, env, replay)
+        answers = _device_answers(env) if run == "ref" else None
+        status, tail = _run_child(run, script, args, steps, out_dir, stats_only, random_on_cpu, env, replay, answers)
         if status != 0:
             lines = [f"ditorch parity: the {_RUN_NAMES[run]} failed (exit status {status}); the end of its "
                      f"stderr ({out_dir / f'{run}.log'} has it all):", tail]

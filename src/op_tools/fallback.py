@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from op_tools import config
+from op_tools.device_random import draws_from_cpu
 from op_tools.naming import QUIET_WRITERS
 from op_tools.protocol import OpCall, Phase, Ran, map_tensors
 from op_tools.results_tool import ResultsTool
@@ -42,27 +43,6 @@ def _as_device(value: Any) -> torch.device | None:
     return None
 
 
-_DRAWS_FROM_CPU: dict[str, bool] = {}
-
-
-def _draws_from_cpu(device: torch.device, module: Any, index: int) -> bool:
-    """Whether the device's own random kernels draw from the CPU's generator (a plugin that runs them as CPU
-    kernels): found once per device type by one draw on the device, both generators' states put back."""
-    known = _DRAWS_FROM_CPU.get(device.type)
-    if known is None:
-        cpu_state, device_state = torch.get_rng_state(), module.get_rng_state(index)
-        try:
-            torch.empty(8, device=torch.device(device.type, index)).uniform_()
-            known = not torch.equal(torch.get_rng_state(), cpu_state)
-        except Exception:  # no random kernel on the device: its generator is the one to draw from
-            known = False
-        finally:
-            torch.set_rng_state(cpu_state)
-            module.set_rng_state(device_state, index)
-        _DRAWS_FROM_CPU[device.type] = known
-    return known
-
-
 class _RandomFromDevice:
     """Random calls draw from the generator the device's own kernels draw from: the device's (when its state
     fits the CPU's), so that the device's random stream advances as without the fallback and the CPU's stays
@@ -76,7 +56,7 @@ class _RandomFromDevice:
         try:
             module = torch.get_device_module(self.device.type)
             index = self.device.index if self.device.index is not None else module.current_device()
-            if _draws_from_cpu(self.device, module, index):
+            if draws_from_cpu(self.device.type, index, module):
                 return
             state = module.get_rng_state(index)
             self.saved = torch.get_rng_state()

@@ -174,6 +174,27 @@ print(json.dumps({
     assert found["device"] == "openreg:0"
 
 
+def test_seeding_the_device_makes_its_draws_reproducible():
+    """openreg's random kernels draw from the CPU's generator, not from its own: torch.cuda's seeding and RNG state
+    follow the generator the kernels use, so CUDA code that seeds the device gets repeatable draws."""
+    found = run_code("""
+torch.cuda.manual_seed(7)
+a = torch.randn(5, device="cuda").cpu()
+torch.cuda.manual_seed(7)
+b = torch.randn(5, device="cuda").cpu()
+state = torch.cuda.get_rng_state()
+c = torch.rand(5, device="cuda").cpu()
+torch.cuda.set_rng_state(state)
+d = torch.rand(5, device="cuda").cpu()
+torch.cuda.manual_seed_all(8)
+e = torch.randn(5, device="cuda:1").cpu()
+torch.cuda.set_rng_state_all(torch.cuda.get_rng_state_all())
+print(json.dumps({"seed": torch.equal(a, b), "state": torch.equal(c, d), "other_seed": not torch.equal(a, e),
+                  "initial_seed": torch.cuda.initial_seed()}))
+""")
+    assert found == {"seed": True, "state": True, "other_seed": True, "initial_seed": 8}
+
+
 # -- training --------------------------------------------------------------------------------------------------
 
 def _train(tmp_path: Path, name: str, amp: str, on_device: bool, launcher: str = "ditorch run") -> dict:

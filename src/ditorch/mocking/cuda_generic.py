@@ -14,6 +14,7 @@ made-up value: where the plugin cannot answer (its allocator keeps no statistics
 
 from __future__ import annotations
 
+import functools
 import random
 import warnings
 import weakref
@@ -76,6 +77,14 @@ class Generic:
             return int(own())
         self.accelerator("current_device")
         return torch.accelerator.current_device_index()
+
+    def draws_from_cpu(self) -> bool:
+        """Whether the plugin's random kernels draw from the CPU's default generator (found once, by one draw)."""
+        if self.device_type == "cpu":
+            return False  # cuda mapped onto the CPU: its seeding functions are the mapping's own
+        from op_tools.device_random import draws_from_cpu
+
+        return draws_from_cpu(self.device_type, self.current_device(), self.module)
 
     def device(self, device: Any = None) -> torch.device:
         return torch.device(self.device_type, self.index(device))
@@ -409,6 +418,57 @@ def _set_rng_state_all(g: Generic) -> Callable[[Any], None]:
             put(state, index)
 
     return set_rng_state_all
+
+
+# -- random numbers where the plugin's kernels draw from the CPU's generator ---------------------------------------
+
+def _cpu_generator_functions(g: Generic) -> dict[str, Callable[..., Any]]:
+    """The RNG functions over the CPU's default generator, for a plugin whose random kernels draw from it."""
+    cpu = torch.default_generator
+
+    def count() -> int:
+        return int(resolved(g, "device_count")())
+
+    def set_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+        cpu.set_state(new_state.cpu())
+
+    def set_all(new_states: Any) -> None:
+        for state in list(new_states)[:1]:  # one generator behind every device
+            cpu.set_state(state.cpu())
+
+    return {
+        "manual_seed": lambda seed: cpu.manual_seed(int(seed)) and None,
+        "manual_seed_all": lambda seed: cpu.manual_seed(int(seed)) and None,
+        "seed": lambda: cpu.seed() and None,
+        "seed_all": lambda: cpu.seed() and None,
+        "initial_seed": cpu.initial_seed,
+        "get_rng_state": lambda device="cuda": cpu.get_state(),
+        "set_rng_state": set_state,
+        "get_rng_state_all": lambda: [cpu.get_state() for _ in range(count())],
+        "set_rng_state_all": set_all,
+    }
+
+
+#: The RNG names that follow the generator the plugin's random kernels really draw from.
+RNG_NAMES = ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
+             "get_rng_state_all", "set_rng_state_all")
+
+
+def follow_kernels(g: Generic, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (the vendor's or the generic RNG function ``name``), or, for a plugin whose random kernels draw from
+    the CPU's default generator (its own generator is never used), the same function over the CPU's generator:
+    ``torch.cuda.manual_seed`` then makes the device's draws reproducible, as on CUDA. Found at the first call
+    (:func:`op_tools.device_random.draws_from_cpu`: one draw on the device)."""
+    state: dict[str, Callable[..., Any]] = {}
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        chosen = state.get("fn")
+        if chosen is None:
+            chosen = state["fn"] = _cpu_generator_functions(g)[name] if g.draws_from_cpu() else fn
+        return chosen(*args, **kwargs)
+
+    return call
 
 
 def resolved(g: Generic, name: str) -> Callable[..., Any]:

@@ -188,6 +188,8 @@ def install(patches: Patches, vendor_module: types.ModuleType, tr: Translator, v
                 qualname = f"torch.cuda.{sub + '.' if sub else ''}{name}"
                 home = sub or getattr(original, "__module__", "").rpartition("torch.cuda.")[2]
                 done[key] = _unsupported(original, qualname, vendor_name, HINTS.get(name) or HINTS.get(home, ""))
+            if name in cuda_generic.RNG_NAMES and kind in ("vendor", "generic"):
+                done[key] = cuda_generic.follow_kernels(generic, name, done[key])
         patches.set(module, name, done[key])
     for name in PRIVATE:
         if hasattr(vendor_module, name):

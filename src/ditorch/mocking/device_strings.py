@@ -96,7 +96,10 @@ def _pinned(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
     the tensor and pin it, which is what the factory would have returned."""
     try:
         return fn(*args, **kwargs)
-    except NotImplementedError:
+    except (NotImplementedError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "pinned memory allocator" not in str(exc):
+            raise
+        # no pinned allocator behind factories (a Python plugin; cuda mapped onto the CPU): pin afterwards
         return fn(*args, **{**kwargs, "pin_memory": False}).pin_memory()
 
 
