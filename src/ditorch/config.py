@@ -4,7 +4,8 @@
 variable                     default     meaning
 ===========================  ==========  ============================================================
 DITORCH_VENDOR               (detect)    adapter to use (``npu``, ``mlu``, ``musa``, ``biren``, ``cuda``,
-                                         ``xpu``, ``mps``, ``dipu``, or ``cpu``); skips detection
+                                         ``xpu``, ``mps``, ``dipu``, or ``cpu``), the device type of the plugin
+                                         holding PrivateUse1, or a plugin package; skips detection
 DITORCH_QUIET                0           1: no ``ditorch: <arch> <framework>:<version> pid: <pid>`` line
 DITORCH_DISABLE_MOCK         0           1: do not map ``torch.cuda`` / ``"cuda"`` / ``nccl`` to the vendor
 DITORCH_SHOW_DEVICE_AS_CUDA  0           1: ``tensor.device`` reads as cuda (costs a wrapper per access)

@@ -113,3 +113,16 @@ def test_cuda_shaped_answers() -> None:
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=clean_env(DITORCH_QUIET="1"),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout + result.stderr
+
+
+def test_generic_and_derived_sources_are_documented() -> None:
+    """docs/ditorch.md's tables of the names ditorch derives from PyTorch's device-generic APIs and builds in CUDA's
+    shape are cuda_generic.SOURCES and cuda_derived.SOURCES, and every builder has its line."""
+    from ditorch.mocking import cuda_generic
+
+    text = DOCS.read_text()
+    rows = re.findall(r"^  \| `(\w+)` \| (generic|derived) \| (.+) \|$", text, flags=re.M)
+    assert {name: source for name, kind, source in rows if kind == "generic"} == cuda_generic.SOURCES
+    assert {name: source for name, kind, source in rows if kind == "derived"} == cuda_derived.SOURCES
+    assert set(cuda_derived.SOURCES) == set(cuda_derived.BUILDERS) | {"device", "device_of"}
+    assert set(cuda_generic.SOURCES) >= set(cuda_generic.BUILDERS)

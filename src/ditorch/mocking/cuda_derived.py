@@ -462,3 +462,44 @@ BUILDERS: dict[str, Callable[[Vendor], Any]] = {
     "tuning_is_enabled": _constant(False, "False: TunableOp does not run on the vendor's device."),
     "record_untuned_is_enabled": _constant(False, "False: TunableOp does not run on the vendor's device."),
 }
+
+#: name -> what ditorch builds it from, for the docs and ``ditorch info --probe`` (docs/ditorch.md has the same
+#: table; a test compares them).
+SOURCES: dict[str, str] = {
+    "device": "a context-manager class over set_device/current_device (cuda or vendor devices, indices)",
+    "device_of": "torch.cuda.device of a tensor's device (no change for CPU tensors)",
+    "get_device_properties": "every field of CUDA's: the vendor's properties, get_device_name, mem_get_info, the "
+                             "capability rule; total_memory raises where nothing knows it",
+    "get_device_capability": "the vendor's major/minor, else (8, 0) with bfloat16, (7, 0) with float16 only, (6, 0)",
+    "memory_stats": "CUDA's keys: byte counters from memory_allocated/reserved (and peaks), the device's own "
+                    "statistics on top; raises where the device keeps none",
+    "memory_stats_as_nested_dict": "memory_stats, nested",
+    "memory_cached": "memory_reserved (CUDA's older name)",
+    "max_memory_cached": "max_memory_reserved (CUDA's older name)",
+    "reset_max_memory_cached": "reset_peak_memory_stats (CUDA's older name)",
+    "reset_max_memory_allocated": "reset_peak_memory_stats (CUDA's older name)",
+    "device_memory_used": "mem_get_info: total minus free",
+    "list_gpu_processes": "this process and its memory_reserved",
+    "can_device_access_peer": "False (both devices checked to exist)",
+    "set_sync_debug_mode": "only the default mode (0) is accepted",
+    "get_sync_debug_mode": "0",
+    "is_current_stream_capturing": "False",
+    "get_arch_list": "[]",
+    "get_gencode_flags": "''",
+    "get_allocator_backend": "'native'",
+    "get_per_process_memory_fraction": "1.0",
+    "is_tf32_supported": "False",
+    "ipc_collect": "nothing to collect",
+    "is_initialized": "True",
+    "init": "the vendor's init or _lazy_init",
+    "amp_definitely_not_available": "not is_available()",
+    "range_push": "torch.profiler record_function",
+    "range_pop": "torch.profiler record_function",
+    "range_start": "torch.profiler record_function",
+    "range_end": "torch.profiler record_function",
+    "mark": "torch.profiler record_function",
+    "range": "torch.profiler record_function",
+    "is_enabled": "False (TunableOp)",
+    "tuning_is_enabled": "False (TunableOp)",
+    "record_untuned_is_enabled": "False (TunableOp)",
+}
