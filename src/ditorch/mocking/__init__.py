@@ -82,9 +82,13 @@ def install(adapter: Adapter, *, show_device_as_cuda: bool | None = None,
     module = adapter.device_module()
     policy = DtypePolicy(casts, supports_dtype_query(adapter), adapter.device_type, plugin_directory(adapter)) \
         if casts else None
-    # Single-device backends (mps) have no current_device: their only device is 0.
-    current_device = getattr(module, "current_device", lambda: 0)
-    device_count = getattr(module, "device_count", lambda: 1)
+    # A module without current_device/device_count: torch.accelerator's when it serves this device (a plugin with a
+    # bare module), else one device, 0 (single-device backends: mps).
+    accelerator = torch.accelerator.current_accelerator()
+    generic = accelerator is not None and accelerator.type == adapter.device_type
+    current_device = getattr(module, "current_device", None) or (
+        torch.accelerator.current_device_index if generic else (lambda: 0))
+    device_count = getattr(module, "device_count", None) or (torch.accelerator.device_count if generic else (lambda: 1))
     translator = Translator(adapter.device_type, current_device, policy, device_count)
     patches = Patches()
     try:

@@ -97,8 +97,8 @@ def _pinned(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
     try:
         return fn(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as exc:
-        if isinstance(exc, RuntimeError) and "pinned memory allocator" not in str(exc):
-            raise
+        if not isinstance(exc, NotImplementedError) and "pinned memory allocator" not in str(exc):
+            raise  # (NotImplementedError is a RuntimeError too)
         # no pinned allocator behind factories (a Python plugin; cuda mapped onto the CPU): pin afterwards
         return fn(*args, **{**kwargs, "pin_memory": False}).pin_memory()
 
