@@ -101,7 +101,12 @@ def load_adapters() -> tuple[list[Adapter], list[Failure]]:
             failures.append(Failure(ep.name, f"entry point {ep.value!r} failed to load: {_error_text(exc)}"))
             continue
         found[adapter.name] = adapter
-    return sorted(found.values(), key=lambda a: (a.priority, a.name)), failures
+    return in_order(list(found.values())), failures
+
+
+def in_order(adapters: list[Adapter]) -> list[Adapter]:
+    """Detection order: priority, then name."""
+    return sorted(adapters, key=lambda a: (a.priority, a.name))
 
 
 def with_generic(adapters: list[Adapter], held: privateuse1.Holder | None) -> list[Adapter]:
@@ -109,7 +114,7 @@ def with_generic(adapters: list[Adapter], held: privateuse1.Holder | None) -> li
     type already (detection order kept)."""
     if held is None or any(a.device_type == held.device_type for a in adapters):
         return adapters
-    return sorted([*adapters, generic.adapter_for(held)], key=lambda a: (a.priority, a.name))
+    return in_order([*adapters, generic.adapter_for(held)])
 
 
 def _blocked(adapter: Adapter, held: privateuse1.Holder | None) -> str | None:
@@ -211,7 +216,7 @@ def _forced(name: str, adapters: list[Adapter], failures: list[Failure], config:
         return Detection(None, failures, adapters, status, forced=True)
     adapter = by_name.get(name) or _plugin_package(name, adapters, failures, held)
     if adapter.name not in by_name:
-        adapters = sorted([*adapters, adapter], key=lambda a: (a.priority, a.name))
+        adapters = in_order([*adapters, adapter])
     if not adapter.is_present():
         raise DetectionError(f"DITORCH_VENDOR={name}: its plugin {adapter.framework} is not installed")
     blocked = _blocked(adapter, held)
