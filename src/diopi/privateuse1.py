@@ -16,7 +16,7 @@ from importlib import metadata
 
 import torch
 
-__all__ = ["AUTOLOAD_GROUP", "AUTOLOAD_SWITCH", "Holder", "holder"]
+__all__ = ["AUTOLOAD_GROUP", "AUTOLOAD_SWITCH", "Holder", "accelerator_serves", "holder"]
 
 #: The entry point group PyTorch's backend autoload reads on ``import torch``.
 AUTOLOAD_GROUP = "torch.backends"
@@ -77,3 +77,10 @@ def holder() -> Holder | None:
     if package == "torch":  # a module built by torch.utils.backend_registration, not the plugin's own
         package = ""
     return Holder(device_type, module, package, _autoload_entry(package))
+
+
+def accelerator_serves(device_type: str) -> bool:
+    """Whether PyTorch's device-generic API, ``torch.accelerator``, answers for ``device_type`` (it serves one
+    accelerator per process: the PrivateUse1 plugin's, a built-in backend's, or none)."""
+    current = torch.accelerator.current_accelerator()
+    return current is not None and current.type == device_type

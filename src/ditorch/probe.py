@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from diopi.compare import Verdict, compare_tensors
 from ditorch.mocking.cuda_surface import NotSupportedOnDevice
 
 __all__ = ["RESULTS", "Row", "Wrong", "probe", "run"]
@@ -74,9 +75,9 @@ def close(actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float =
     """Raise :class:`Wrong` unless ``actual`` (any device) is within (rtol, atol) of ``expected``."""
     got, ref = actual.detach().cpu().double(), expected.detach().cpu().double()
     expect(got.shape == ref.shape, f"{what}: shape {tuple(got.shape)}, {reference} {tuple(ref.shape)}")
-    if not torch.allclose(got, ref, rtol=rtol, atol=atol):
-        diff = (got - ref).abs().max().item()
-        raise Wrong(f"{what}: max abs diff {diff:.3g} from {reference} (rtol {rtol:g}, atol {atol:g})")
+    judged = compare_tensors(got, ref, atol=atol, rtol=rtol)  # the project's one comparison engine
+    if judged.verdict == Verdict.FAIL:
+        raise Wrong(f"{what}: max abs diff {judged.max_abs_error:.3g} from {reference} (rtol {rtol:g}, atol {atol:g})")
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from diopi.privateuse1 import accelerator_serves
 from op_tools.protocol import print_line
 
 __all__ = ["AcceleratorSync", "accelerator_sync", "synchronizer", "timing_event_factory"]
@@ -35,10 +36,6 @@ def device_module(device_type: str) -> Any:
         return torch.get_device_module(device_type)
     except (RuntimeError, AttributeError):
         return None
-
-
-def _is_accelerator(device_type: str) -> bool:
-    return torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == device_type
 
 
 class AcceleratorSync:
@@ -81,7 +78,7 @@ def synchronizer(device_type: str) -> Callable[[], None]:
     sync = getattr(device_module(device_type), "synchronize", None)
     if sync is not None:
         return sync
-    if _is_accelerator(device_type):
+    if accelerator_serves(device_type) and torch.accelerator.is_available():
         return accelerator_sync(device_type)
     return lambda: None
 

@@ -15,6 +15,8 @@ from types import ModuleType
 
 import torch
 
+from diopi.privateuse1 import accelerator_serves
+
 
 @dataclass(frozen=True)
 class Adapter:
@@ -75,8 +77,7 @@ class Adapter:
         module = getattr(torch, self.device_type, None)
         if module is None:
             return False
-        accelerator = torch.accelerator.current_accelerator()
-        generic = accelerator is not None and accelerator.type == self.device_type
+        generic = accelerator_serves(self.device_type)
         available = getattr(module, "is_available", None)
         count = getattr(module, "device_count", None)
         if available is None and count is None and not generic:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from diopi.privateuse1 import accelerator_serves
 from ditorch.adapters.base import Adapter
 from ditorch.mocking import (
     cuda_module,
@@ -84,8 +85,7 @@ def install(adapter: Adapter, *, show_device_as_cuda: bool | None = None,
         if casts else None
     # A module without current_device/device_count: torch.accelerator's when it serves this device (a plugin with a
     # bare module), else one device, 0 (single-device backends: mps).
-    accelerator = torch.accelerator.current_accelerator()
-    generic = accelerator is not None and accelerator.type == adapter.device_type
+    generic = accelerator_serves(adapter.device_type)
     current_device = getattr(module, "current_device", None) or (
         torch.accelerator.current_device_index if generic else (lambda: 0))
     device_count = getattr(module, "device_count", None) or (torch.accelerator.device_count if generic else (lambda: 1))

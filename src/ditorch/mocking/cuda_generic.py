@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from diopi.privateuse1 import accelerator_serves
 from ditorch.mocking.device_strings import Translator
 
 #: op_tools reports the user's line, not these wrappers, as an operator's call site.
@@ -92,8 +93,8 @@ class Generic:
     def accelerator(self, qualname: str) -> None:
         """Refuse ``torch.cuda.<qualname>`` unless ``torch.accelerator`` serves this device type (it serves one
         accelerator per process: another plugin's, or none when cuda is mapped onto the CPU)."""
-        current = torch.accelerator.current_accelerator()
-        if current is None or current.type != self.device_type:
+        if not accelerator_serves(self.device_type):
+            current = torch.accelerator.current_accelerator()
             serves = f"serves {current.type}" if current is not None else "has no accelerator"
             raise self.refuse(qualname, f"torch.accelerator {serves}, not {self.device_type}")
 
@@ -118,8 +119,7 @@ class Generic:
 def _is_available(g: Generic) -> Callable[[], bool]:
     def is_available() -> bool:
         """Whether the device can be used (``torch.accelerator`` with this device type current)."""
-        accelerator = torch.accelerator.current_accelerator()
-        return bool(accelerator is not None and accelerator.type == g.device_type and torch.accelerator.is_available())
+        return accelerator_serves(g.device_type) and torch.accelerator.is_available()
 
     return is_available
 
