@@ -1,4 +1,4 @@
-"""What the benchmarks share: the W1 training step and the ``env`` block of the JSON (DESIGN.md format)."""
+"""What the benchmarks share: the W1 training step and the ``env`` block of the JSON (docs/architecture.md)."""
 
 from __future__ import annotations
 

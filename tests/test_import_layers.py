@@ -1,4 +1,5 @@
-"""The layer rules of DESIGN.md, checked statically: no import circles inside a package, no upward import.
+"""The layer rules of docs/architecture.md ("Layers"), checked statically: no import circles inside a package,
+no upward import.
 
 Layers, lowest first: diopi < torch_dipu < (op_tools, module_tools, dicp, dlinfer) < ditorch. The source is parsed, not
 imported. Every import counts, at module level or inside a function, including

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from diopi.env import env_flag
+from diopi.env import ConfigError, env_flag, folder_path
 
 __all__ = ["DicpConfig", "dicp_config", "parse_config", "reset_config"]
 
@@ -39,14 +39,15 @@ def parse_config(env: Mapping[str, str] | None = None) -> DicpConfig:
     try:
         threads = int(threads_text) if threads_text else 0
         if threads < 0:
-            raise ValueError
+            raise ConfigError
     except ValueError:
-        raise ValueError(f"DICP_ORT_THREADS={threads_text!r}: expected a thread count >= 0") from None
+        raise ConfigError(f"DICP_ORT_THREADS={threads_text!r}: expected a thread count >= 0") from None
     cache_dir = env.get("DICP_CACHE_DIR", "").strip()
     return DicpConfig(
         precision_check=env_flag("DICP_PRECISION_CHECK", env=env),
         cache=env_flag("DICP_CACHE", default=True, env=env),
-        cache_dir=Path(cache_dir).expanduser() if cache_dir else DicpConfig.cache_dir,
+        cache_dir=Path(folder_path(os.path.expanduser(cache_dir), "DICP_CACHE_DIR")) if cache_dir
+        else DicpConfig.cache_dir,
         shape_check=env_flag("DICP_SHAPE_CHECK", env=env),
         ort_threads=threads,
         ort_spin=env_flag("DICP_ORT_SPIN", env=env),

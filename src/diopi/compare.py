@@ -16,17 +16,22 @@ Tolerances default to ``torch.testing.assert_close``'s and are overridable by en
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
-__all__ = ["TensorComparison", "Verdict", "all_passed", "compare_outputs", "compare_tensors", "tolerance"]
+from diopi.env import ConfigError
+
+__all__ = ["TensorComparison", "Verdict", "all_passed", "check_tolerance_env", "compare_outputs", "compare_tensors",
+           "tolerance"]
 
 ENV_PREFIX = "AUTOCOMPARE_ERROR_TOLERANCE"
 
@@ -97,8 +102,8 @@ def _tolerance_names(dtype: torch.dtype, op: str | None) -> tuple[str, ...]:
     return (*names, env_name(dtype), ENV_PREFIX)
 
 
-def _parse_env(name: str) -> tuple[float, float] | None:
-    value = os.environ.get(name)
+def _parse_env(name: str, env: Mapping[str, str] | None = None) -> tuple[float, float] | None:
+    value = (os.environ if env is None else env).get(name)
     if value is None or not value.strip():
         return None
     parts = value.split(",")
@@ -107,8 +112,31 @@ def _parse_env(name: str) -> tuple[float, float] | None:
     except ValueError:
         atol = rtol = math.nan
     if not (math.isfinite(atol) and math.isfinite(rtol) and atol >= 0 and rtol >= 0):
-        raise ValueError(f"{name}={value!r}: expected 'atol,rtol', two non-negative finite numbers")
+        raise ConfigError(f"{name}={value!r}: expected 'atol,rtol', two non-negative finite numbers (e.g. 1e-5,1e-3)")
     return atol, rtol
+
+
+_TOLERANCE_VARIABLE = re.compile(rf"(?:(?P<op>\w+?)_)?{ENV_PREFIX}(?:_(?P<rest>\w+))?")
+
+
+def check_tolerance_env(env: Mapping[str, str] | None = None) -> None:
+    """Check every tolerance variable set (``AUTOCOMPARE_ERROR_TOLERANCE``, ``..._<DTYPE>``, ``..._<DTYPE>_<OP>``,
+    ``<OP>_..._<DTYPE>``) once, when a checking tool starts: a value that is not ``atol,rtol`` or a ``<DTYPE>``
+    that names no floating dtype raises :class:`~diopi.env.ConfigError` naming the variable, so no check is
+    turned into a skip later."""
+    env = os.environ if env is None else env
+    dtypes = sorted((str(d).removeprefix("torch.").upper() for d in _DEFAULT_TOLERANCES), key=len, reverse=True)
+    for name in sorted(env):
+        found = _TOLERANCE_VARIABLE.fullmatch(name)
+        if found is None:
+            continue
+        rest = found["rest"] or ""
+        if (found["op"] or rest) and not any(rest == d or rest.startswith(d + "_") for d in dtypes):
+            near = difflib.get_close_matches(rest.split("_")[0], dtypes, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ConfigError(f"{name}: {rest.split('_')[0] or 'nothing'!r} after {ENV_PREFIX}_ is not a floating "
+                              f"dtype{hint}; expected one of {', '.join(sorted(dtypes))}")
+        _parse_env(name, env)
 
 
 def tolerance(dtype: torch.dtype, op: str | None = None) -> tuple[float, float]:

@@ -9,9 +9,16 @@ import re
 from collections.abc import Iterable, Mapping
 
 __all__ = [
-    "FALSE_WORDS", "TRUE_WORDS", "compile_op_list", "env_flag", "op_list_matches", "parse_flag", "split_list",
-    "strip_op_prefix",
+    "FALSE_WORDS", "TRUE_WORDS", "ConfigError", "compile_op_list", "env_flag", "env_int", "folder_path",
+    "op_list_matches", "parse_flag", "split_list", "strip_op_prefix",
 ]
+
+class ConfigError(ValueError):
+    """A value the user gave (an environment variable, a command-line option, a keyword) is malformed or names
+    nothing that can exist. The message is one line naming the variable or option, the value and the expected
+    form; the ``ditorch`` command prints it as that one line and exits with status 2 (``DITORCH_DEBUG=1``: the
+    traceback too). A ``ValueError``, so callers that catch those keep working."""
+
 
 #: The words a boolean switch accepts (case-insensitive, whitespace trimmed); an empty value is false.
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -39,9 +46,32 @@ def env_flag(name: str, default: bool = False, env: Mapping[str, str] | None = N
         return default
     value = parse_flag(raw)
     if value is None:
-        raise ValueError(f"environment variable {name}={raw!r} is not a boolean "
+        raise ConfigError(f"environment variable {name}={raw!r} is not a boolean "
                          f"(use 1/true/yes/on or 0/false/no/off)")
     return value
+
+
+def env_int(name: str, default: int, minimum: int = 0, env: Mapping[str, str] | None = None) -> int:
+    """An integer variable (unset or empty: ``default``); text that is not an integer ``>= minimum`` raises
+    :class:`ConfigError` naming the variable (``RANK=abc`` is the launcher's or the user's mistake, never rank 0)."""
+    raw = (os.environ if env is None else env).get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r}: expected an integer >= {minimum}")
+    return value
+
+
+def folder_path(text: str, source: str) -> str:
+    """``text`` as a folder to write into: an existing file there raises :class:`ConfigError` naming ``source``
+    (caught when the tool starts, not at its first write)."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise ConfigError(f"{source}={text!r} is a file; expected a folder (it is created when missing)")
+    return text
 
 
 def split_list(text: str) -> list[str]:
@@ -70,7 +100,7 @@ def compile_op_list(entries: Iterable[str], source: str, strip_prefixes: Iterabl
         try:
             patterns.append(re.compile(text))
         except re.error as exc:
-            raise ValueError(f"{source}: entry {entry!r} is not a valid regular expression: {exc}") from None
+            raise ConfigError(f"{source}: entry {entry!r} is not a valid regular expression: {exc}") from None
     return patterns
 
 

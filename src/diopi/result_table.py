@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from diopi.env import env_int
+
 __all__ = ["COLUMNS", "VERDICTS", "ResultTable", "default_run_id", "free_run_dir", "launch_run_id", "process_rank",
            "process_world_size", "read_rows"]
 
@@ -42,10 +44,7 @@ def process_rank() -> int:
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
+    return env_int("RANK", 0)
 
 
 _TIME_FORMAT = "%Y-%m-%d--%H-%M-%S"
@@ -57,10 +56,7 @@ def process_world_size() -> int:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
+    return env_int("WORLD_SIZE", 1, minimum=1)
 
 
 def default_run_id() -> str:
@@ -75,16 +71,13 @@ def launch_run_id(environ: dict[str, str] | None = None, parent: int | None = No
     pid (``2025-01-31--14-05-09-4242``; torchrun's agent is the parent of every worker on its node), plus
     ``-restart<N>`` when torchrun restarted the workers (``TORCHELASTIC_RESTART_COUNT``). None otherwise."""
     env = os.environ if environ is None else environ
-    try:
-        if int(env.get("WORLD_SIZE", "1")) <= 1:
-            return None
-    except ValueError:
+    if env_int("WORLD_SIZE", 1, minimum=1, env=env) <= 1:
         return None
     parent = os.getppid() if parent is None else parent
     started = _start_time(parent)
     run = f"{time.strftime(_TIME_FORMAT, time.localtime(started)) if started is not None else 'launch'}-{parent}"
-    restart = env.get("TORCHELASTIC_RESTART_COUNT", "0").strip()
-    return run if restart in ("", "0") else f"{run}-restart{restart}"
+    restart = env_int("TORCHELASTIC_RESTART_COUNT", 0, env=env)
+    return run if restart == 0 else f"{run}-restart{restart}"
 
 
 def _start_time(pid: int) -> float | None:

@@ -8,13 +8,7 @@ script runs with ditorch active, exactly as ``ditorch run -- script.py args`` wo
 import sys
 
 from ditorch import run
-from ditorch.cli import build_parser, main
+from ditorch.cli import COMMAND_NAMES, main, run_script_command
 
-
-def _commands() -> list[str]:
-    subparsers = build_parser()._subparsers  # the CLI's subcommand names (demo, run, info, ...)
-    return [name for action in (subparsers._group_actions if subparsers else []) for name in (action.choices or {})]
-
-
-script_argv = run.split_script_argv(sys.argv[1:], _commands())
-sys.exit(run.run_script(script_argv[0], script_argv[1:]) if script_argv else main())
+script_argv = run.split_script_argv(sys.argv[1:], COMMAND_NAMES)
+sys.exit(run_script_command(script_argv) if script_argv else main())

@@ -11,6 +11,8 @@ DITORCH_DISABLE_MOCK         0           1: do not map ``torch.cuda`` / ``"cuda"
 DITORCH_SHOW_DEVICE_AS_CUDA  0           1: ``tensor.device`` reads as cuda (costs a wrapper per access)
 DITORCH_DTYPE_CAST           (unset)     dtype the device lacks: unset/``0`` raise; ``1`` cast float64->float32
                                          (one warning per call site); or ``float64:float32,...`` pairs
+DITORCH_DEBUG                0           1: the ``ditorch`` command prints the traceback of a user error too
+                                         (by default one line, ``ditorch <command>: error: ...``, exit status 2)
 CUDA_VISIBLE_DEVICES         (unset)     with mocking on, copied into the vendor plugin's own variable
                                          (``Adapter.visible_devices_env``, e.g. ``DIPU_VISIBLE_DEVICES``)
                                          before the plugin is imported, unless that one is set (it wins)
@@ -34,6 +36,8 @@ SWITCHES: dict[str, str] = {
     "DITORCH_DISABLE_MOCK": "torch.cuda / 'cuda' / nccl are not mapped to the vendor",
     "DITORCH_SHOW_DEVICE_AS_CUDA": "tensor.device reads as cuda",
     "DITORCH_DTYPE_CAST": "cast dtypes the device lacks instead of raising",
+    "DITORCH_DEBUG": "the ditorch command shows the traceback of a user error too",
+    "DITORCH_STRICT": "an op-list entry that names no operator is an error, not a warning (diopi.op_names)",
 }
 
 
@@ -47,6 +51,7 @@ class DitorchConfig:
     show_device_as_cuda: bool = False
     dtype_cast: str | None = None  # raw text; ditorch.mocking parses it (mocking.switches.parse_dtype_cast)
     cuda_visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as given (ditorch.detect passes it on)
+    debug: bool = False  # DITORCH_DEBUG: the command line's user errors come with their traceback
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DitorchConfig:
@@ -59,6 +64,7 @@ class DitorchConfig:
             show_device_as_cuda=env_flag("DITORCH_SHOW_DEVICE_AS_CUDA", env=env),
             dtype_cast=env.get("DITORCH_DTYPE_CAST"),
             cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+            debug=env_flag("DITORCH_DEBUG", env=env),
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -24,13 +25,19 @@ from typing import Any
 
 import torch
 
-from ditorch.device import best_device
-from ditorch.models import BATCH_SIZE, FAMILIES, SEQ_LEN, get_family
+from diopi.env import ConfigError
+from ditorch.device import best_device, parse_device
+from ditorch.models import (
+    BATCH_SIZE,
+    DEFAULT_LR,
+    DEFAULT_MODEL,
+    DEFAULT_SEED,
+    DEFAULT_STEPS,
+    FAMILIES,
+    SEQ_LEN,
+    get_family,
+)
 
-DEFAULT_STEPS = 10
-DEFAULT_SEED = 0
-DEFAULT_LR = 1e-3
-DEFAULT_MODEL = "llama"
 #: Exit status of a demo that cannot run as asked (``--fault`` without droplet's dipu, a malformed fault).
 EXIT_USAGE = 2
 
@@ -82,8 +89,9 @@ def describe(device: torch.device) -> str:
     return f"{torch.device(device.type, index)} ({name})"
 
 
-class DemoError(Exception):
-    """The demo cannot run as asked; the message says why."""
+class DemoError(ConfigError):
+    """The demo cannot run as asked; the message says why (a :class:`~diopi.env.ConfigError`: the ``ditorch``
+    command prints it as one line, exit status 2)."""
 
 
 def fault_switches(target: torch.device, fault: str) -> AbstractContextManager:
@@ -138,30 +146,27 @@ def run(steps: int = DEFAULT_STEPS, device: str | None = None, seed: int = DEFAU
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(highlight=False, soft_wrap=True)
-    errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    try:
+    try:  # every input checked before any work: one line and exit status 2 for the first bad one
         family = get_family(model)
-    except ValueError as exc:
-        errors.print(f"[red]error: {escape(str(exc))} (ditorch demo --list-models)[/red]")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+            raise DemoError(f"--lr {lr!r}: expected a finite number greater than 0 (e.g. 1e-3)")
+        target = best_device(parse_device(device) if device is not None else None)
+        inject: AbstractContextManager = contextlib.nullcontext()
+        if fault is not None:
+            inject = fault_switches(target, fault)
+        if (autocompare or fault is not None) and target.type == "cpu":
+            raise DemoError("--autocompare checks a device against the CPU, but the demo runs on the CPU")
+    except ConfigError as exc:
+        hint = " (ditorch demo --list-models)" if model not in FAMILIES else ""
+        print(f"ditorch demo: error: {exc}{hint}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    target = best_device(device)
     console.print(f"device: {describe(target)}")
     images = f" + {family.image_tokens} image tokens" if family.image_tokens else ""
     console.print(f"model: {escape(family.title)}, batch {BATCH_SIZE}x{SEQ_LEN}{images}, AdamW lr={lr:g}, seed {seed}")
-    inject: AbstractContextManager = contextlib.nullcontext()
     checker = None
     if fault is not None:
-        try:
-            inject = fault_switches(target, fault)
-        except DemoError as exc:
-            errors.print(f"[red]error: {escape(str(exc))}[/red]")
-            return EXIT_USAGE
         console.print(f"fault: {escape(fault)} injected into droplet for the run")
     if autocompare or fault is not None:
-        if target.type == "cpu":
-            errors.print("[red]error: --autocompare checks a device against the CPU, but the demo runs on the "
-                         "CPU[/red]")
-            return EXIT_USAGE
         from op_tools import OpAutoCompare
 
         checker = OpAutoCompare(device=target, results_dir=results_dir)

@@ -3,7 +3,9 @@
 Order is deterministic: priority, then name. An adapter is *tried* when its plugin is installed: the
 plugin is imported and the first one with a usable device wins; nothing usable means the CPU
 (``None``). A plugin that is installed but fails to import, and an entry point that fails to load, are
-recorded as failures (adapter name, error text) and detection goes on. ``DITORCH_VENDOR`` skips
+recorded as failures (adapter name, error text) and detection goes on, except when the plugin refuses a
+malformed setting (it raises :class:`diopi.env.ConfigError`, e.g. for ``DROPLET_FAULTS``): that is the user's
+error and propagates, never a quiet move to the CPU. ``DITORCH_VENDOR`` skips
 detection: an unknown name or a failing plugin is then an error.
 
 A plugin already holding PrivateUse1 when detection starts (loaded by PyTorch's backend autoload on
@@ -30,6 +32,7 @@ from importlib import metadata
 from typing import NamedTuple
 
 from diopi import privateuse1
+from diopi.env import ConfigError
 from ditorch.adapters import generic
 from ditorch.adapters.base import Adapter
 from ditorch.config import DitorchConfig
@@ -54,9 +57,11 @@ class Failure(NamedTuple):
     error: str
 
 
-class DetectionError(RuntimeError):
+class DetectionError(ConfigError, RuntimeError):
     """``DITORCH_VENDOR`` names an unknown adapter, or the adapter it names cannot be used, or a device
-    selection (``CUDA_VISIBLE_DEVICES``, the vendor's variable) names devices the plugin does not have."""
+    selection (``CUDA_VISIBLE_DEVICES``, the vendor's variable) names devices the plugin does not have. A
+    :class:`~diopi.env.ConfigError` (the ``ditorch`` command prints it as one line, exit status 2) and, as it
+    always was, a ``RuntimeError``."""
 
 
 @dataclass
@@ -230,6 +235,8 @@ def _forced(name: str, adapters: list[Adapter], failures: list[Failure], config:
         reason = _selection_error(selection, exc)
         if reason is not None:
             raise DetectionError(f"DITORCH_VENDOR={name}: {reason}") from None
+        if isinstance(exc, ConfigError):  # the plugin refused a malformed setting (DROPLET_FAULTS, ...): say so
+            raise
         raise DetectionError(
             f"DITORCH_VENDOR={name}: importing its plugin {adapter.framework} failed: {_error_text(exc)}"
         ) from exc
@@ -277,6 +284,8 @@ def detect(config: DitorchConfig | None = None) -> Detection:
                 reason = _selection_error(selection, exc)
                 if reason is not None:  # the user asked for devices that do not exist: say so, do not fall back
                     raise DetectionError(reason) from None
+                if isinstance(exc, ConfigError):  # a malformed setting of the user's (DROPLET_FAULTS, ...): an
+                    raise  # error, never a quiet move to the CPU
                 failures.append(Failure(adapter.name, f"importing {adapter.framework} failed: {_error_text(exc)}"))
                 status[adapter.name] = FAILED
                 continue

@@ -6,6 +6,8 @@ import importlib
 
 import torch
 
+from diopi.env import ConfigError
+
 DIPU = "dipu"
 
 
@@ -46,3 +48,42 @@ def best_device(requested: str | torch.device | None = None) -> torch.device:
     if _load_dipu() and torch.dipu.is_available():  # DIPU_VISIBLE_DEVICES may hide every device
         return torch.device(DIPU)
     return torch.device("cpu")
+
+
+def parse_device(text: str | torch.device, option: str = "--device") -> torch.device:
+    """``text`` (``cpu``, ``dipu``, ``dipu:1``, ``cuda:0``, ...) as a device this process has, for a command's
+    ``option``; :class:`~diopi.env.ConfigError` naming the option, the value and what exists otherwise: a device
+    type PyTorch does not know here, one with no device, an index past the device count."""
+    if isinstance(text, torch.device):
+        device = text
+    else:
+        name = text.strip()
+        if name.split(":", 1)[0] == DIPU and not _load_dipu():
+            raise ConfigError(f"{option} {text!r}: the dipu device needs torch_dipu, which is not installed")
+        try:
+            device = torch.device(name)
+        except (RuntimeError, ValueError):
+            raise ConfigError(f"{option} {text!r}: not a device of this process (expected {_known_forms()})") from None
+    if device.type in ("cpu", "meta"):
+        return device
+    try:
+        count = int(torch.get_device_module(device.type).device_count())
+    except Exception:  # noqa: BLE001  (a backend that cannot count its devices: leave it to the backend)
+        return device
+    plural = "device" if count == 1 else "devices"
+    if count == 0:
+        raise ConfigError(f"{option} {text!r}: this process has no {device.type} device (expected {_known_forms()})")
+    if device.index is not None and device.index >= count:
+        raise ConfigError(f"{option} {text!r}: there {'is' if count == 1 else 'are'} {count} {device.type} {plural} "
+                          f"({device.type}:0" + (f" to {device.type}:{count - 1})" if count > 1 else ")"))
+    return device
+
+
+def _known_forms() -> str:
+    """``cpu, dipu, dipu:N``: the device names this process can use, for messages."""
+    accelerator = native_accelerator()
+    if accelerator is None and _load_dipu() and torch.dipu.is_available():
+        accelerator = torch.device(DIPU)
+    if accelerator is None:
+        return "cpu"
+    return f"cpu, {accelerator.type}, {accelerator.type}:N"

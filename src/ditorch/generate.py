@@ -20,7 +20,10 @@ from typing import Any, TextIO
 
 import torch
 
-__all__ = ["DTYPES", "GenerateError", "LoadedModel", "decode", "encode", "generate", "load_model", "run"]
+from diopi.env import ConfigError
+
+__all__ = ["DTYPES", "GenerateError", "LoadedModel", "check_model", "check_prompts", "decode", "encode", "generate",
+           "load_model", "run"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEFAULT_MAX_NEW_TOKENS = 16
@@ -29,8 +32,9 @@ DEFAULT_BLOCK_SIZE = 16
 PAD_ID = 0
 
 
-class GenerateError(ValueError):
-    """Bad input to ``ditorch generate`` (the message names the option at fault)."""
+class GenerateError(ConfigError):
+    """Bad input to ``ditorch generate`` (the message names the option at fault); a
+    :class:`~diopi.env.ConfigError`, so a ValueError."""
 
 
 @dataclasses.dataclass
@@ -71,17 +75,24 @@ def decode(ids: Sequence[int]) -> str:
     return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
 
 
+def check_model(name: str) -> None:
+    """:class:`GenerateError` unless ``name`` is a text-only tiny family or a directory (checked before any work)."""
+    from ditorch.models import generate_model_problem
+
+    problem = generate_model_problem(name)
+    if problem is not None:
+        raise GenerateError(problem)
+
+
 def load_model(name: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                seed: int = 0) -> LoadedModel:
     """Tiny family ``name`` (random weights of ``seed``) or the local Hugging Face model directory ``name``, in
     eval mode on ``device`` in ``dtype``. :class:`GenerateError` for anything else."""
     from ditorch.models import FAMILIES
 
+    check_model(name)
     family = FAMILIES.get(name)
     if family is not None:
-        if family.image_tokens:
-            raise GenerateError(f"--model {name!r}: a vision family; generate takes text-only families "
-                                f"({', '.join(n for n, f in FAMILIES.items() if not f.image_tokens)})")
         model = family.build(seed=seed)
         # random weights: never stop early at the config's EOS id, pad with PAD_ID
         model.generation_config.eos_token_id = None
@@ -91,9 +102,6 @@ def load_model(name: str, device: torch.device | str = "cpu", dtype: torch.dtype
         model.config.output_router_logits = False
         return LoadedModel(name, model.to(device=device, dtype=dtype).eval(), None, PAD_ID)
     path = Path(name)
-    if not path.is_dir():
-        raise GenerateError(f"--model {name!r}: neither a tiny model family ({', '.join(FAMILIES)}) nor a local "
-                            f"Hugging Face model directory")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -122,6 +130,15 @@ class Generation:
     def tokens_per_second(self) -> float:
         """New tokens (all prompts) per second of ``generate()``."""
         return sum(len(r) for r in self.new_ids) / self.seconds if self.seconds > 0 else float("inf")
+
+
+def check_prompts(prompts: Sequence[str], byte_level: bool = True) -> None:
+    """:class:`GenerateError` unless there is at least one prompt and, for a tiny family (``byte_level``: a
+    prompt's bytes are its ids), none is empty; checked before any work."""
+    if not prompts:
+        raise GenerateError("--prompt: give at least one prompt")
+    if byte_level and any(not p for p in prompts):
+        raise GenerateError("--prompt: an empty prompt has no token to start from")
 
 
 def generate(loaded: LoadedModel, prompts: Sequence[str], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -176,16 +193,16 @@ def run(model: str, prompts: Sequence[str], max_new_tokens: int = DEFAULT_MAX_NE
             raise GenerateError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
         if block_size < 1:
             raise GenerateError(f"--block-size must be at least 1, got {block_size}")
-        from ditorch.device import best_device
+        from ditorch.device import best_device, parse_device
+        from ditorch.models import FAMILIES
 
-        try:
-            target = best_device(device or "cpu")
-        except (RuntimeError, ValueError) as exc:
-            raise GenerateError(f"--device {device!r}: {exc}") from exc
+        check_model(model)
+        check_prompts(prompts, byte_level=model in FAMILIES)
+        target = best_device(parse_device(device or "cpu", "--device"))
         loaded = load_model(model, target, DTYPES[dtype])
         result = generate(loaded, prompts, max_new_tokens, use_dlinfer, block_size)
-    except GenerateError as exc:
-        print(f"ditorch generate: {exc}", file=err)
+    except ConfigError as exc:  # GenerateError, a bad --device
+        print(f"ditorch generate: error: {exc}", file=err)
         return 2
     mode = f"dlinfer (block size {block_size})" if use_dlinfer else "stock transformers"
     print(f"model: {model} on {target}, {dtype}, {mode}", file=out)

@@ -18,15 +18,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a model is built: the command line lists the families without it
+    import torch
 
-__all__ = ["BATCH_SIZE", "FAMILIES", "SEQ_LEN", "VOCAB_SIZE", "ModelFamily", "get_family", "parameter_count"]
+__all__ = ["BATCH_SIZE", "FAMILIES", "SEQ_LEN", "VOCAB_SIZE", "ModelFamily", "generate_model_problem", "get_family",
+           "parameter_count"]
 
 VOCAB_SIZE = 1000
 #: The demo's batch; tests pass smaller ones to :meth:`ModelFamily.batch`.
 BATCH_SIZE = 4
 SEQ_LEN = 64
+#: The demo's defaults (``ditorch demo``; here, beside the batch, so the command line shows them without torch).
+DEFAULT_MODEL = "llama"
+DEFAULT_STEPS = 10
+DEFAULT_SEED = 0
+DEFAULT_LR = 1e-3
 PATTERN_LEN = 8
 #: InternVL's image: 32x32 pixels in 8x8 patches (16 patches), pixel-shuffled 2x2 into 4 image tokens.
 IMAGE_SIZE = 32
@@ -57,6 +65,8 @@ class ModelFamily:
 
     def build(self, seed: int = 0) -> torch.nn.Module:
         """The model with weights drawn from ``seed``, on the CPU (the global random state is left as it was)."""
+        import torch
+
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return self.make()
@@ -69,6 +79,8 @@ class ModelFamily:
         Every row repeats one random ``PATTERN_LEN``-token pattern of ``seed``, from a random phase of the step.
         A vision family's rows start with the image tokens (label ``-100``), then ``seq_len`` text tokens.
         """
+        import torch
+
         pattern = torch.randint(0, VOCAB_SIZE - 1, (PATTERN_LEN,), generator=torch.Generator().manual_seed(seed))
         generator = torch.Generator().manual_seed(seed * 100_003 + step + 1)
         phases = torch.randint(0, PATTERN_LEN, (batch_size, 1), generator=generator)
@@ -171,9 +183,27 @@ FAMILIES: dict[str, ModelFamily] = {family.name: family for family in (
 
 
 def get_family(name: str) -> ModelFamily:
-    """The family called ``name``; ValueError naming it and the known families otherwise."""
+    """The family called ``name``; :class:`~diopi.env.ConfigError` (a ValueError) naming it and the known
+    families otherwise."""
     try:
         return FAMILIES[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(FAMILIES)}") from None
+        from diopi.env import ConfigError
 
+        raise ConfigError(f"unknown model {name!r}; known models: {', '.join(FAMILIES)}") from None
+
+
+
+def generate_model_problem(name: str) -> str | None:
+    """Why ``name`` cannot be ``ditorch generate --model``'s value (a text-only family or a local model directory),
+    in one line; None when it can."""
+    from pathlib import Path
+
+    family = FAMILIES.get(name)
+    if family is not None and family.image_tokens:
+        return (f"--model {name!r}: a vision family; generate takes text-only families "
+                f"({', '.join(n for n, f in FAMILIES.items() if not f.image_tokens)})")
+    if family is None and not Path(name).is_dir():
+        return (f"--model {name!r}: neither a tiny model family ({', '.join(FAMILIES)}) nor a local Hugging Face "
+                f"model directory")
+    return None

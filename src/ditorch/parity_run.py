@@ -162,6 +162,12 @@ def main(argv: Sequence[str]) -> int:
     try:
         status, dump = run_dumped(a.script, script_args, a.out, stats_only=a.stats_only, steps=range(a.steps),
                                   stop_after=a.steps, fixed_input=a.fixed_input)
+    except Exception as exc:
+        from ditorch.run import print_script_exception
+
+        if not print_script_exception(exc):  # not the script's: ditorch's own traceback, in full
+            raise
+        return 1  # the script raised: its traceback, as `python script.py` prints it
     finally:
         for tool in tools:
             tool.stop()

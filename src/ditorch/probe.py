@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import sys
 import time
 import warnings
 from collections import Counter
@@ -672,14 +673,15 @@ def run(json_path: str | os.PathLike[str] | None = None) -> int:
 
     adapter = ditorch.adapter
     if adapter is None:
-        print("ditorch info --probe: no accelerator to probe (ditorch runs on the CPU)")
+        print("ditorch info: error: --probe: no accelerator to probe (ditorch runs on the CPU)", file=sys.stderr)
         return 2
     if adapter.is_native and adapter.device_type == "cuda":
-        print("ditorch info --probe: torch.cuda is PyTorch's own here (native CUDA): nothing is mapped to probe")
+        print("ditorch info: error: --probe: torch.cuda is PyTorch's own here (native CUDA): nothing is mapped to "
+              "probe", file=sys.stderr)
         return 2
     if not ditorch.mocked:
-        print(f"ditorch info --probe: the cuda mapping is off (DITORCH_DISABLE_MOCK=1): torch.cuda is not mapped "
-              f"to {adapter.device_type}, nothing to probe")
+        print(f"ditorch info: error: --probe: the cuda mapping is off (DITORCH_DISABLE_MOCK=1): torch.cuda is not "
+              f"mapped to {adapter.device_type}, nothing to probe", file=sys.stderr)
         return 2
     print(f"probing {adapter.framework} {adapter.version()} ({adapter.describe()}): device {adapter.device_type} "
           f"x{count()}, torch {torch.__version__}", flush=True)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ditorch import run as run_command
-from op_tools.config import int_at_least
+from ditorch.arguments import int_at_least
 
 SORT_KEYS = ("self_cpu_time_total", "cpu_time_total")
 DEFAULT_TOP = 25

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import runpy
 import sys
+import traceback
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-
-from diopi.env import compile_op_list
+from typing import Any
 
 #: Exit status when the script cannot be opened (the same as ``python missing.py``).
 EXIT_NO_SCRIPT = 2
@@ -52,6 +51,8 @@ def _op_list(text: str) -> str:
     if not entries:
         raise argparse.ArgumentTypeError("expected at least one op name or regular expression "
                                          "(example: torch.nn.functional.linear,torch.matmul)")
+    from diopi.env import compile_op_list
+
     try:
         compile_op_list(entries, "--fallback")
     except ValueError as exc:
@@ -120,19 +121,41 @@ def build_tools(args: argparse.Namespace) -> list[AbstractContextManager]:
 def script_and_tools(args: argparse.Namespace, subcommand: str) -> tuple[list[str], list] | int:
     """The script command (the remainder after ``--``) and the tools its options ask for, or the exit
     status after a one-line error (no script; a malformed ``OP_*`` environment variable)."""
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        print(f"ditorch {subcommand}: no script given (usage: ditorch {subcommand} [options] -- script.py "
-              f"[args ...])", file=sys.stderr)
+    command = script_command(args)
+    problem = script_problem(command, subcommand)
+    if problem is not None:
+        print(f"ditorch {subcommand}: error: {problem}", file=sys.stderr)
         return EXIT_NO_SCRIPT
-    importlib.import_module("ditorch")  # the adapter is active before the tools choose their device
+    _activate_ditorch()  # the adapter is active before the tools choose their device
     try:
         return command, build_tools(args)
     except ValueError as exc:  # a malformed OP_* environment variable
-        print(f"ditorch {subcommand}: {exc}", file=sys.stderr)
+        print(f"ditorch {subcommand}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_TOOL
+
+
+def script_command(args: argparse.Namespace) -> list[str]:
+    """The script and its arguments: the remainder after ditorch's options, without a leading ``--``."""
+    command = list(args.command)
+    return command[1:] if command[:1] == ["--"] else command
+
+
+def script_problem(command: Sequence[str], subcommand: str = "run") -> str | None:
+    """Why ``command`` (script and arguments) cannot run, in one line (no script, a path that is no file); None
+    when it can."""
+    if not command:
+        return f"no script given (usage: ditorch {subcommand} [options] -- script.py [args ...])"
+    if not os.path.isfile(command[0]):
+        reason = "is a directory" if os.path.isdir(command[0]) else "No such file"
+        return f"can't open file {command[0]!r}: {reason}"
+    return None
+
+
+def _activate_ditorch() -> None:
+    """Activate ditorch's adapter (done already when ditorch's command line is running)."""
+    import ditorch
+
+    ditorch.activate()
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -156,7 +179,7 @@ def run_script(script: str, args: Sequence[str] = (), tools: Sequence[AbstractCo
         reason = "is a directory" if os.path.isdir(script) else "No such file"
         print(f"ditorch: can't open file {script!r}: {reason}", file=sys.stderr)
         return EXIT_NO_SCRIPT
-    importlib.import_module("ditorch")  # activates the adapter (already done when ditorch's CLI is running)
+    _activate_ditorch()
     script_dir = os.path.dirname(os.path.realpath(script))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script, *args]
@@ -188,3 +211,21 @@ def split_script_argv(argv: Sequence[str], commands: Sequence[str]) -> list[str]
     if first.endswith(".py") or os.path.isfile(first):
         return list(argv)
     return None
+
+
+def print_script_exception(exc: BaseException, stream: Any = None) -> bool:
+    """If ``exc`` came out of a script that ditorch ran (through ``runpy.run_path``: ``ditorch run``, ``profile``,
+    ``dump-modules``, a parity run), print its traceback as ``python script.py`` would, from the script's frames
+    on, and return True; False (nothing printed) for an exception raised elsewhere."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "run_path" and "runpy" in code.co_filename:
+            inner = tb.tb_next
+            while inner is not None and "runpy" in inner.tb_frame.f_code.co_filename:
+                inner = inner.tb_next
+            traceback.print_exception(type(exc), exc, inner if inner is not None else tb,
+                                      file=sys.stderr if stream is None else stream)
+            return True
+        tb = tb.tb_next
+    return False

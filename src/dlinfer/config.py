@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from diopi.env import ConfigError
+
 __all__ = ["DlinferConfig", "dlinfer_config", "parse_config", "reset_config"]
 
 _KERNEL_CHOICES = ("vendor", "reference")
@@ -29,7 +31,7 @@ def parse_config(env: Mapping[str, str] | None = None) -> DlinferConfig:
     env = os.environ if env is None else env
     kernels = env.get("DLINFER_KERNELS", "").strip().lower() or "vendor"
     if kernels not in _KERNEL_CHOICES:
-        raise ValueError(
+        raise ConfigError(
             f"DLINFER_KERNELS={env.get('DLINFER_KERNELS')!r}: expected one of {', '.join(_KERNEL_CHOICES)}")
     return DlinferConfig(kernels=kernels)
 

@@ -32,7 +32,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         result = compare_runs(args.ref, args.test, fp64=args.fp64)
     except ValueError as exc:  # DumpError is a ValueError too
-        print(f"ditorch compare-runs: {exc}", file=sys.stderr)
+        print(f"ditorch compare-runs: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(result.summary())
     counts = result.alignment.counts()

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from diopi.env import env_flag, split_list
+from diopi.env import ConfigError, env_flag, folder_path, split_list
 
 __all__ = ["DUMP_DIR_ENV", "DUMP_FIXED_INPUT_ENV", "DUMP_STATS_ONLY_ENV", "DUMP_STEPS_ENV", "DumpConfig", "StepSet",
            "dump_config", "parse_steps"]
@@ -58,29 +58,29 @@ def parse_steps(spec: str | range | tuple[int, ...] | list[int] | StepSet | None
         return spec
     if isinstance(spec, range):
         if spec.step != 1 or len(spec) == 0:
-            raise ValueError(f"{source}: expected a non-empty range with step 1, got {spec}")
+            raise ConfigError(f"{source}: expected a non-empty range with step 1, got {spec}")
         return StepSet(((spec.start, spec.stop - 1),))
     if not isinstance(spec, str):
         steps = sorted({int(s) for s in spec})
         if not steps or steps[0] < 0:
-            raise ValueError(f"{source}: expected step numbers >= 0, got {spec!r}")
+            raise ConfigError(f"{source}: expected step numbers >= 0, got {spec!r}")
         return StepSet(tuple((s, s) for s in steps))
     ranges = []
     for part in split_list(spec):
         m = _RANGE.match(part)
         if not m or (m.group(1) is None and m.group(3) is None) or (m.group(2) is None and m.group(3) is not None
                                                                   and m.group(1) is not None):
-            raise ValueError(f"{source}: expected steps like '0-2', '3', '5-' or '0,4-5', got {spec!r}")
+            raise ConfigError(f"{source}: expected steps like '0-2', '3', '5-' or '0,4-5', got {spec!r}")
         first = int(m.group(1)) if m.group(1) is not None else 0
         if m.group(2) is None:
             last: int | None = first
         else:
             last = int(m.group(3)) if m.group(3) is not None else None
         if last is not None and last < first:
-            raise ValueError(f"{source}: empty step range {part!r} in {spec!r}")
+            raise ConfigError(f"{source}: empty step range {part!r} in {spec!r}")
         ranges.append((first, last))
     if not ranges:
-        raise ValueError(f"{source}: no steps in {spec!r}")
+        raise ConfigError(f"{source}: no steps in {spec!r}")
     return StepSet(tuple(ranges))
 
 
@@ -99,6 +99,10 @@ def dump_config(env: Mapping[str, str] | None = None) -> DumpConfig:
     env = os.environ if env is None else env
     out_dir = env.get(DUMP_DIR_ENV, "").strip() or None
     steps_text = env.get(DUMP_STEPS_ENV, "").strip()
-    return DumpConfig(out_dir=out_dir, stats_only=env_flag(DUMP_STATS_ONLY_ENV, env=env),
-                      steps=parse_steps(steps_text or None, DUMP_STEPS_ENV),
-                      fixed_input=env.get(DUMP_FIXED_INPUT_ENV, "").strip() or None)
+    fixed_input = env.get(DUMP_FIXED_INPUT_ENV, "").strip() or None
+    if fixed_input is not None and not os.path.isdir(fixed_input):
+        raise ConfigError(f"{DUMP_FIXED_INPUT_ENV}={fixed_input!r} is not a folder; expected a full reference dump "
+                          "(a MODULE_DUMP_DIR written without MODULE_DUMP_STATS_ONLY)")
+    return DumpConfig(out_dir=None if out_dir is None else folder_path(out_dir, DUMP_DIR_ENV),
+                      stats_only=env_flag(DUMP_STATS_ONLY_ENV, env=env),
+                      steps=parse_steps(steps_text or None, DUMP_STEPS_ENV), fixed_input=fixed_input)

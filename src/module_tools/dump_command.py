@@ -37,7 +37,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
                    help=f"replay each call on this full reference dump's inputs (default: ${DUMP_FIXED_INPUT_ENV})")
     p.add_argument("--stop-after", type=int_at_least(1), default=None, metavar="N",
                    help="end the script after N steps (N optimizer.step() calls); the dump is written, exit 0")
-    p.add_argument("script", help="the Python script to run")
+    p.add_argument("script", nargs="?", default=None, help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
 
@@ -83,6 +83,10 @@ class _StepsDone(BaseException):
 
 def handle(args: argparse.Namespace) -> int:
     """Run the script with its model dumped; returns the script's exit status."""
+    if args.script is None:
+        print("ditorch dump-modules: error: no script given (usage: ditorch dump-modules [options] -- script.py "
+              "[args ...])", file=sys.stderr)
+        return 2
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
     config = dump_config()
     out = args.out or config.out_dir or "module_dump"

@@ -14,7 +14,9 @@ Both start from the same seeds (:data:`SEED` for torch, ``random`` and numpy; th
 applies), both are dumped with :class:`~module_tools.dump.ModuleDump` (the model found as
 ``ditorch dump-modules`` finds it) for steps ``0..N-1`` and ended at the N-th ``optimizer.step()``; then
 :func:`~module_tools.compare.compare_runs` names the first divergence. The output folder holds ``ref/``,
-``test/``, ``ref.log``, ``test.log``, ``report.html`` and ``report.json``.
+``test/``, ``ref.log``, ``test.log`` (each run's output; ``ref.stderr.log``, ``test.stderr.log``: its stderr alone),
+``report.html`` and ``report.json``. A run that fails is named (reference or device run) with its exit status
+and the last lines of its stderr.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,7 @@ DEFAULT_STEPS = 2
 #: The seed of torch, ``random`` and numpy in both runs before the script starts.
 SEED = 0
 _RUN_NAMES = {"ref": "reference run (CPU)", "test": "device run"}
-_TAIL_LINES = 15
+_TAIL_LINES = 20
 
 
 @dataclass
@@ -89,7 +92,8 @@ def _device_answers(env: Mapping[str, str] | None) -> str:
 def _run_child(run: str, script: str, args: Sequence[str], steps: int, out: Path, stats_only: bool,
                random_on_cpu: bool, env: Mapping[str, str] | None, fixed_input: Path | None = None,
                device_answers: str | None = None) -> tuple[int, str]:
-    """One run in a fresh interpreter; its exit status and the tail of its stderr (output in ``<run>.log``)."""
+    """One run in a fresh interpreter; its exit status and the end of its output for the console. Its output is
+    kept under ``out``: ``<run>.log`` (stdout, then stderr) and ``<run>.stderr.log`` (stderr alone)."""
     command = [sys.executable, "-m", "ditorch.parity_run", "--child", run, "--steps", str(steps),
                "--out", str(out / run)]
     command += ["--stats-only"] * stats_only + ["--no-random-on-cpu"] * (not random_on_cpu)
@@ -98,19 +102,34 @@ def _run_child(run: str, script: str, args: Sequence[str], steps: int, out: Path
     proc = subprocess.run([*command, "--", script, *args], env=_child_env(run, env), capture_output=True, text=True)
     with atomic_open(out / f"{run}.log", "w", encoding="utf-8") as f:
         f.write(proc.stdout + proc.stderr)
-    return proc.returncode, "\n".join(proc.stderr.strip().splitlines()[-_TAIL_LINES:])
+    with atomic_open(out / f"{run}.stderr.log", "w", encoding="utf-8") as f:
+        f.write(proc.stderr)
+    return proc.returncode, _tail(proc.stdout, proc.stderr)
+
+
+def _tail(stdout: str, stderr: str) -> str:
+    """The last :data:`_TAIL_LINES` lines of a run's stderr (of its stdout when stderr is empty), indented; what
+    the console shows of a run that failed."""
+    for name, text in (("stderr", stderr), ("stdout", stdout)):
+        lines = [line for line in text.rstrip().splitlines() if line.strip()]
+        if lines:
+            shown = lines[-_TAIL_LINES:]
+            head = f"the last {len(shown)} lines of its {name}" if len(lines) > len(shown) else f"its {name}"
+            return head + ":\n" + "\n".join(f"  | {line}" for line in shown)
+    return "it printed nothing on stdout or stderr"
 
 
 def run_parity(script: str, args: Sequence[str] = (), steps: int = DEFAULT_STEPS, out: str | os.PathLike[str] =
                "parity", stats_only: bool = False, reference: str | os.PathLike[str] | None = None,
                random_on_cpu: bool = True, env: Mapping[str, str] | None = None,
-               fixed_input: bool = False) -> ParityResult:
+               fixed_input: bool = False, progress: Callable[[str], None] | None = None) -> ParityResult:
     """Run ``script args`` on the CPU and on the device for ``steps`` steps, compare the two module dumps and
     return the verdict. ``reference``: an existing reference dump (a ``ref/`` folder of an earlier parity run)
     to compare with instead of running the reference again. ``random_on_cpu=False`` lets the device run draw
     from the device's generator (to see what the mechanism is for). ``env``: the runs' environment (default
     this process's). ``fixed_input``: the device run also replays every call on the reference run's inputs
-    (fixed-input mode; the reference dump must be full), so the report names each module's own error."""
+    (fixed-input mode; the reference dump must be full), so the report names each module's own error.
+    ``progress``: called with one line as each run starts and as it ends (``ditorch parity`` prints them)."""
     from .compare import compare_runs
 
     out_dir = Path(out)
@@ -122,15 +141,23 @@ def run_parity(script: str, args: Sequence[str] = (), steps: int = DEFAULT_STEPS
     if fixed_input and stats_only and reference is None:
         return ParityResult(2, ["ditorch parity: --fixed-input replays the reference run's inputs and needs full "
                                 "dumps; drop --stats-only"], out_dir)
-    for run in runs:
+    say = progress or (lambda line: None)
+    for number, run in enumerate(runs, 1):
         shutil.rmtree(out_dir / run, ignore_errors=True)
         replay = ref_dir if fixed_input and run == "test" else None
+        say(f"ditorch parity: [{number}/{len(runs)}] the {_RUN_NAMES[run]}: {steps} step{'s' * (steps != 1)} of "
+            f"{script} (output in {out_dir / f'{run}.log'}) ...")
+        start = time.perf_counter()
         answers = _device_answers(env) if run == "ref" else None
         status, tail = _run_child(run, script, args, steps, out_dir, stats_only, random_on_cpu, env, replay, answers)
+        seconds = time.perf_counter() - start
         if status != 0:
-            lines = [f"ditorch parity: the {_RUN_NAMES[run]} failed (exit status {status}); the end of its "
-                     f"stderr ({out_dir / f'{run}.log'} has it all):", tail]
+            say(f"ditorch parity: [{number}/{len(runs)}] the {_RUN_NAMES[run]} failed after {seconds:.1f} s")
+            lines = [f"ditorch parity: the {_RUN_NAMES[run]} failed (exit status {status}); {tail}",
+                     f"ditorch parity: its whole output: {out_dir / f'{run}.log'} (stderr alone: "
+                     f"{out_dir / f'{run}.stderr.log'})"]
             return ParityResult(2, lines, out_dir, failed_run=run)
+        say(f"ditorch parity: [{number}/{len(runs)}] the {_RUN_NAMES[run]} done in {seconds:.1f} s")
     try:
         comparison = compare_runs(ref_dir, out_dir / "test")
     except ValueError as exc:  # nothing aligns, a missing or damaged dump

@@ -30,7 +30,8 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--fixed-input", action="store_true",
                    help="the device run also replays each call on the reference run's inputs, to name each "
                         "module's own error (costs a second run of every call)")
-    p.add_argument("script", help=f"the Python script to run (both runs seeded with {SEED} first)")
+    p.add_argument("script", nargs="?", default=None,
+                   help=f"the Python script to run (both runs seeded with {SEED} first)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
 
@@ -45,9 +46,14 @@ def handle(args: argparse.Namespace) -> int:
     exit 2 when a run fails (naming it, with the end of its stderr) or nothing aligns."""
     from .parity import run_parity
 
+    if args.script is None:
+        print("ditorch parity: error: no script given (usage: ditorch parity [options] -- script.py [args ...])",
+              file=sys.stderr)
+        return 2
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
     result = run_parity(args.script, script_args, steps=args.steps, out=args.out, stats_only=args.stats_only,
-                        reference=args.reference, fixed_input=args.fixed_input)
+                        reference=args.reference, fixed_input=args.fixed_input,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
     for line in result.lines:
         print(line, file=sys.stdout if result.status < 2 else sys.stderr)
     return result.status

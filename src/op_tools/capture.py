@@ -25,6 +25,7 @@ from typing import IO, Any
 import torch
 
 from diopi import case_format as cf
+from diopi.env import ConfigError
 from op_tools import config, deferred_stats
 from op_tools.case_writer import CaseWriter
 from op_tools.collectives import describe
@@ -141,7 +142,7 @@ class OpCapture(OpTool):
     def apply_config(self, cfg: config.CaptureConfig) -> None:
         mode = cfg.mode if self._explicit_mode is None else self._explicit_mode.strip().lower()
         if mode not in MODES:
-            raise ValueError(f"{config.CAPTURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
+            raise ConfigError(f"{config.CAPTURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self.backward_needs = "stats" if mode == "stats" else "data"
         self.max_bytes = (cfg.max_bytes if self._explicit_max_bytes is None

@@ -15,8 +15,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from diopi.env import env_flag, split_list
+from diopi.env import ConfigError, env_flag, env_int, folder_path, split_list
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "AutoCompareConfig",
@@ -37,6 +41,7 @@ __all__ = [
     "observe_config",
     "op_list_from_env",
     "overflow_check_config",
+    "parse_cast",
     "parse_byte_size",
     "parse_list",
     "rank",
@@ -90,15 +95,17 @@ def run_id(explicit: str | None = None, env: Mapping[str, str] | None = None) ->
     launch a name every rank of the launch shares (:func:`diopi.result_table.default_run_id`)."""
     from diopi.result_table import default_run_id
 
-    return explicit or _environ(env).get(RUN_ID_ENV) or default_run_id()
+    given = explicit or _environ(env).get(RUN_ID_ENV)
+    if given and (given.strip() != given or any(c in given for c in "/\\") or given in (".", "..")):
+        source = "run_id" if explicit else RUN_ID_ENV
+        raise ConfigError(f"{source}={given!r}: expected one folder name (no slashes, not . or ..)")
+    return given or default_run_id()
 
 
 def rank(env: Mapping[str, str] | None = None) -> int:
-    """``RANK`` (0 when unset or not an integer; torch.distributed wins where it is initialized)."""
-    try:
-        return int(_environ(env).get("RANK", "0"))
-    except ValueError:
-        return 0
+    """``RANK`` (0 when unset; text that is not an integer >= 0 raises naming it; torch.distributed wins where it
+    is initialized)."""
+    return env_int("RANK", 0, env=env)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -109,9 +116,9 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected {what}") from None
+        raise ConfigError(f"{name}={raw!r}: expected {what}") from None
     if value < minimum:
-        raise ValueError(f"{name}={raw!r}: expected {what}")
+        raise ConfigError(f"{name}={raw!r}: expected {what}")
     return value
 
 
@@ -121,7 +128,7 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str 
         return None
     value = raw.strip().lower()
     if value not in choices:
-        raise ValueError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+        raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
     return value
 
 
@@ -215,7 +222,10 @@ def tool_config(prefix: str, steps_env: str | None = None, env: Mapping[str, str
 def observe_config(env: Mapping[str, str] | None = None) -> ObserveConfig:
     """OpObserve: ``OP_OBSERVE_LIST``, ``OP_OBSERVE_DISABLE_LIST``, ``OP_OBSERVE_FILE``."""
     env = _environ(env)
-    return ObserveConfig(**_common("OP_OBSERVE", None, env), file=env.get(OBSERVE_FILE_ENV) or None)
+    file = env.get(OBSERVE_FILE_ENV) or None
+    if file is not None and os.path.isdir(file):
+        raise ConfigError(f"{OBSERVE_FILE_ENV}={file!r} is a folder; expected the path of the file to write")
+    return ObserveConfig(**_common("OP_OBSERVE", None, env), file=file)
 
 
 def capture_config(env: Mapping[str, str] | None = None) -> CaptureConfig:
@@ -230,7 +240,10 @@ def capture_config(env: Mapping[str, str] | None = None) -> CaptureConfig:
 def autocompare_config(env: Mapping[str, str] | None = None) -> AutoCompareConfig:
     """OpAutoCompare: lists, ``OP_AUTOCOMPARE_STEPS``, ``OP_AUTOCOMPARE_MAX_CASES`` (the tolerance variables
     are :mod:`diopi.compare`'s)."""
+    from diopi.compare import check_tolerance_env
+
     env = _environ(env)
+    check_tolerance_env(env)
     return AutoCompareConfig(**_common("OP_AUTOCOMPARE", AUTOCOMPARE_STEPS_ENV, env),
                              max_cases=_int(env, AUTOCOMPARE_MAX_CASES_ENV, 100, 0))
 
@@ -258,8 +271,43 @@ def fallback_config(env: Mapping[str, str] | None = None) -> FallbackConfig:
 def dtype_cast_config(env: Mapping[str, str] | None = None) -> DtypeCastConfig:
     """OpDtypeCast: lists and ``OP_DTYPE_CAST_DICT``."""
     env = _environ(env)
-    return DtypeCastConfig(**_common("OP_DTYPE_CAST", None, env),
-                           cast=env.get(DTYPE_CAST_DICT_ENV) or DEFAULT_DTYPE_CAST)
+    cast = env.get(DTYPE_CAST_DICT_ENV) or DEFAULT_DTYPE_CAST
+    parse_cast(cast, DTYPE_CAST_DICT_ENV)  # a malformed table is an error when the tool starts
+    return DtypeCastConfig(**_common("OP_DTYPE_CAST", None, env), cast=cast)
+
+
+def _dtype(text: str, source: str) -> torch.dtype:
+    import torch
+
+    name = text.strip().removeprefix("torch.")
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ConfigError(f"{source}: {text.strip()!r} is not a floating dtype (example: {DEFAULT_DTYPE_CAST})")
+    return dtype
+
+
+def parse_cast(value: str | dict, source: str = DTYPE_CAST_DICT_ENV) -> dict[torch.dtype, torch.dtype]:
+    """``"torch.float16->torch.float32,bfloat16->float32"`` (or a dict of dtypes or names) -> OpDtypeCast's cast
+    table; a malformed value raises :class:`ConfigError` naming ``source``."""
+    import torch
+
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    else:
+        pairs = []
+        for entry in (e for e in str(value).split(",") if e.strip()):
+            parts = entry.split("->")
+            if len(parts) != 2:
+                raise ConfigError(f"{source}: entry {entry.strip()!r} is not 'from->to' "
+                                  f"(example: {DEFAULT_DTYPE_CAST})")
+            pairs.append((parts[0], parts[1]))
+    table = {}
+    for key, target in pairs:
+        src = key if isinstance(key, torch.dtype) else _dtype(str(key), source)
+        dst = target if isinstance(target, torch.dtype) else _dtype(str(target), source)
+        if src is not dst:
+            table[src] = dst
+    return table
 
 
 def parse_list(value: str | list[str] | tuple[str, ...] | None) -> list[str] | None:
@@ -280,8 +328,8 @@ def op_list_from_env(prefix: str, env: Mapping[str, str] | None = None) -> tuple
 def results_dir(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
     """Where results go: the keyword, else ``OP_TOOLS_RESULTS_DIR``, else ``./op_tools_results``."""
     if explicit is not None:
-        return Path(explicit)
-    return Path(_environ(env).get(RESULTS_DIR_ENV) or "op_tools_results")
+        return Path(folder_path(os.fspath(explicit), "results_dir"))
+    return Path(folder_path(_environ(env).get(RESULTS_DIR_ENV) or "op_tools_results", RESULTS_DIR_ENV))
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -310,10 +358,10 @@ def parse_byte_size(value: str | int, source: str) -> int:
     """``"512MiB"``, ``"10GB"``, ``"1000"`` -> bytes; an error naming ``source`` otherwise."""
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"{source}: a byte size cannot be negative ({value})")
+            raise ConfigError(f"{source}: a byte size cannot be negative ({value})")
         return value
     match = _SIZE.match(str(value))
     unit = (match.group(2) or "").lower() if match else None
     if not match or unit not in _UNITS:
-        raise ValueError(f"{source}={value!r} is not a byte size (examples: 1000000, 512MiB, 10GB)")
+        raise ConfigError(f"{source}={value!r} is not a byte size (examples: 1000000, 512MiB, 10GB)")
     return int(float(match.group(1)) * _UNITS[unit])

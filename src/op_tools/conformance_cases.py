@@ -15,6 +15,8 @@ resolver, and diopi imports nothing above itself.
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,8 @@ from diopi.conformance.cases import CaseSpec
 from diopi.conformance.gen import FROM_CAPTURE_INDEX, ReferenceFailed, write_case
 from diopi.conformance.recording import CallRecorder, RecordedCall, composites_recorded
 from diopi.conformance.spec import Config
+from diopi.env import ConfigError
+from op_tools.config import int_at_least
 from op_tools.naming import resolve_function
 from op_tools.replay import _output_tensors, _Rebuilt, find_cases, not_replayable
 
@@ -61,11 +65,36 @@ def _dtype(call: RecordedCall) -> torch.dtype:
     return (floating or tensors)[0].dtype if tensors else torch.get_default_dtype()
 
 
+def _to_cpu(case: cf.LoadedCase) -> dict[str, str]:
+    """The device map sending every device type the case names (its own, its tensors', its arguments') to cpu."""
+    types = {case.device_type, *(cf.device_type(str(meta.get("device", "cpu")))
+                                 for meta in case.record.get("tensors", {}).values())}
+    types.update(_argument_device_types(case.record.get("args")), _argument_device_types(case.record.get("kwargs")))
+    return {t: "cpu" for t in types if t and t != "cpu"}
+
+
+def _argument_device_types(struct: Any) -> set[str]:
+    """The device types named by ``{"device": ...}`` values anywhere in an encoded args/kwargs structure."""
+    found: set[str] = set()
+    if isinstance(struct, dict):
+        if isinstance(struct.get("device"), str) and len(struct) == 1:
+            found.add(cf.device_type(struct["device"]))
+        for value in struct.values():
+            found |= _argument_device_types(value)
+    elif isinstance(struct, list):
+        for value in struct:
+            found |= _argument_device_types(value)
+    return found
+
+
 def _replay_recording(case: cf.LoadedCase, allow_modules: tuple[str, ...]) -> list[RecordedCall]:
     """Every DIOPI call the captured call makes on the CPU, forward then backward."""
     func = resolve_function(case.op, allow_modules)
     has_backward = isinstance(case.record.get("backward"), dict)
-    rebuilt = _Rebuilt(case, "cpu", {}, with_grad=True)
+    # Every device the capture names becomes the CPU, the inputs' and the call's own arguments alike (a factory's
+    # device=dipu, x.new_ones(...) on the device): the cases hold CPU calls, which any process can run, with or
+    # without the capture's device plug-in (``python -m diopi.conformance run --impl ...`` imports none).
+    rebuilt = _Rebuilt(case, "cpu", _to_cpu(case), with_grad=True)
     with CallRecorder(None) as recorder:
         out = func(*rebuilt.args, **rebuilt.kwargs)
     calls = list(recorder.calls)
@@ -135,24 +164,34 @@ def add_arguments(parser: Any) -> None:
     """``from-capture`` options on ``parser``."""
     parser.add_argument("capture_dir", metavar="CAPTURE_DIR", help="an OpCapture run folder (or any folder above)")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="where the cases go (then: run --data OUT_DIR)")
-    parser.add_argument("--per-function", type=int, default=20, metavar="N",
+    parser.add_argument("--per-function", type=int_at_least(1), default=20, metavar="N",
                         help="at most N distinct cases per DIOPI function (default 20)")
     parser.add_argument("--allow-module", action="append", default=[], metavar="MODULE",
                         help="also replay captured functions of MODULE (captured with op_tools.apply_feature)")
 
 
 def run(args: Any) -> int:
-    """The ``from-capture`` command: convert, print a summary; status 2 when nothing could be converted."""
+    """The ``from-capture`` command: convert, print a summary; status 2 when nothing could be converted (or the
+    capture folder holds no captured case: one line, before any work)."""
+    prog = "ditorch conformance from-capture"
     try:
+        if not find_cases(args.capture_dir):
+            raise ConfigError(f"{str(args.capture_dir)!r} holds no captured case; expected a folder written by "
+                              f"OpCapture, e.g. op_tools_results/op_capture/<run>")
         result = cases_from_capture(args.capture_dir, args.out_dir, per_function=args.per_function,
                                     allow_modules=tuple(args.allow_module))
-    except FileNotFoundError as exc:
-        print(f"ditorch conformance from-capture: error: {exc}", flush=True)
+    except (FileNotFoundError, ConfigError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 2
     for where, why in result.skipped:
         print(f"skipped {where}: {why}"[:400])
     total = sum(result.written.values())
     print(f"{result.calls_read} captured calls -> {total} cases of {len(result.written)} DIOPI functions in "
           f"{args.out_dir} ({result.duplicates} duplicates, {result.capped} over the cap of {args.per_function})")
-    print(f"next: python -m diopi.conformance run --impl droplet --data {args.out_dir}")
+    print(f"next: {next_command(args.out_dir)}")
     return 0 if total else 2
+
+
+def next_command(out_dir: str | Path) -> str:
+    """The command that judges the cases written to ``out_dir`` (printed after a conversion; runs as printed)."""
+    return f"python -m diopi.conformance run --impl droplet --data {shlex.quote(str(out_dir))}"

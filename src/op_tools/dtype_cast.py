@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from op_tools import config
+from op_tools.config import parse_cast
 from op_tools.naming import QUIET_WRITERS
 from op_tools.protocol import OpCall, Phase, Ran
 from op_tools.results_tool import ResultsTool
@@ -29,35 +30,6 @@ DEFAULT_CAST = config.DEFAULT_DTYPE_CAST
 _CONVERSIONS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short",
                           "char", "byte", "bool", "cpu", "cuda", "view", "view_as", "detach", "detach_", "set_",
                           "resize_"})
-
-
-def _dtype(text: str, source: str) -> torch.dtype:
-    name = text.strip().removeprefix("torch.")
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"{source}: {text.strip()!r} is not a floating dtype (example: {DEFAULT_CAST})")
-    return dtype
-
-
-def parse_cast(value: str | dict[Any, Any], source: str = config.DTYPE_CAST_DICT_ENV) -> dict[torch.dtype, torch.dtype]:
-    """``"torch.float16->torch.float32,bfloat16->float32"`` (or a dict of dtypes or names) -> the cast table;
-    a malformed value raises ValueError naming ``source``."""
-    if isinstance(value, dict):
-        pairs = list(value.items())
-    else:
-        pairs = []
-        for entry in (e for e in str(value).split(",") if e.strip()):
-            parts = entry.split("->")
-            if len(parts) != 2:
-                raise ValueError(f"{source}: entry {entry.strip()!r} is not 'from->to' (example: {DEFAULT_CAST})")
-            pairs.append((parts[0], parts[1]))
-    table = {}
-    for key, target in pairs:
-        src = key if isinstance(key, torch.dtype) else _dtype(str(key), source)
-        dst = target if isinstance(target, torch.dtype) else _dtype(str(target), source)
-        if src is not dst:
-            table[src] = dst
-    return table
 
 
 def _promoted(tensors: list[torch.Tensor]) -> torch.dtype | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from diopi.env import ConfigError
 from op_tools import config
 from op_tools.device_random import draws_from_cpu
 from op_tools.naming import QUIET_WRITERS
@@ -92,7 +93,7 @@ class OpFallback(ResultsTool):
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None,
                  random_generator: str = "device") -> None:
         if random_generator not in ("device", "cpu"):
-            raise ValueError(f"random_generator: expected 'device' or 'cpu', got {random_generator!r}")
+            raise ConfigError(f"random_generator: expected 'device' or 'cpu', got {random_generator!r}")
         self.random_generator = random_generator
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
                          run_id=run_id)

@@ -13,6 +13,7 @@ module holds them.
 from __future__ import annotations
 
 import atexit
+import difflib
 import functools
 import sys
 import threading
@@ -20,19 +21,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from diopi.env import ConfigError
 from op_tools.autocompare import OpAutoCompare
 from op_tools.capture import OpCapture
 from op_tools.dtype_cast import OpDtypeCast
 from op_tools.engine import run_call
 from op_tools.fallback import OpFallback
-from op_tools.naming import info_for_name, locate
+from op_tools.naming import api_names, info_for_name, locate
 from op_tools.observe import OpObserve
 from op_tools.overflow import OpOverflowCheck
 from op_tools.protocol import report_failure
 from op_tools.time_measure import OpTimeMeasure
 from op_tools.tool import OpTool
 
-__all__ = ["FEATURES", "UPSTREAM_FEATURES", "FeatureHandle", "apply_feature", "register_feature"]
+__all__ = ["FEATURES", "UPSTREAM_FEATURES", "FeatureHandle", "UnknownFeatureError", "apply_feature",
+           "register_feature"]
 
 #: Feature names accepted by :func:`apply_feature` (the seeds' names and short ones).
 FEATURES: dict[str, Callable[..., OpTool]] = {
@@ -53,6 +56,21 @@ UPSTREAM_FEATURES: dict[str, str] = {
     "dump_op_args": "OpObserve", "cast_dtype": "OpDtypeCast", "op_capture": "OpCapture",
 }
 
+
+class UnknownFeatureError(ConfigError, AssertionError):
+    """:func:`apply_feature` was given a feature name it does not know. A :class:`~diopi.env.ConfigError` (so a
+    ``ValueError``) and, for upstream op_tools' own tests, which expect its ``assert feature in ...``, an
+    ``AssertionError``."""
+
+
+def unknown_feature(feature: object) -> UnknownFeatureError:
+    """The error for an unknown feature name: it names the feature, a close known name, and every known one."""
+    close = difflib.get_close_matches(str(feature), FEATURES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    known = ", ".join(sorted(FEATURES))
+    return UnknownFeatureError(f"apply_feature: unknown feature {feature!r}{hint}; known: {known}")
+
+
 _MISSING = object()  # a class attribute that was inherited, not stored on the class: remove() deletes it
 _live: list[FeatureHandle] = []
 _live_lock = threading.Lock()
@@ -67,8 +85,11 @@ def _locate(name: str) -> tuple[Any, str]:
     try:
         return locate(name)
     except LookupError:
-        raise ValueError(f"apply_feature: cannot find the function {name!r} (give its importable dotted name)") \
-            from None
+        from diopi.op_names import closest
+
+        near = closest(name, api_names())
+        hint = f"did you mean {' or '.join(near)}?" if near else "give its importable dotted name"
+        raise ConfigError(f"apply_feature(ops=...): cannot find the function {name!r} ({hint})") from None
 
 
 @dataclass(eq=False)
@@ -128,11 +149,14 @@ def _wrap(original: Callable[..., Any], name: str, tool: OpTool,
 def _home(item: Callable[..., Any]) -> str | None:
     """The dotted name under which ``item``'s module (or class) holds it, for patching it in place."""
     candidates = []
-    try:
-        from torch.overrides import resolve_name
-        candidates.append(resolve_name(item))
-    except Exception:  # noqa: BLE001 - not a torch function
-        pass
+    # a function another feature already patched is our wrapper: its original names the home too (torch's
+    # name table, cached at its first use, may predate the patch and know the original only)
+    for function in (item, getattr(item, "__wrapped__", None)):
+        try:
+            from torch.overrides import resolve_name
+            candidates.append(resolve_name(function))
+        except Exception:  # noqa: BLE001 - not a torch function
+            pass
     module, qualname = getattr(item, "__module__", None), getattr(item, "__qualname__", None)
     if module and qualname and "<" not in qualname:
         candidates.append(f"{module}.{qualname}")
@@ -198,7 +222,7 @@ def apply_feature(funcs: str | Callable[..., Any] | list[str | Callable[..., Any
     else:
         factory = FEATURES.get(str(feature))
         if factory is None:
-            raise ValueError(f"apply_feature: unknown feature {feature!r}; known: {', '.join(sorted(FEATURES))}")
+            raise unknown_feature(feature)
         tool = None
     targets = []
     for item in items:

@@ -8,6 +8,7 @@ operators: the tools never act on them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 from torch.overrides import resolve_name
 
-__all__ = ["COLLECTIVES", "QUIET_WRITERS", "RANDOM_WHEN", "UNINITIALIZED", "FunctionInfo", "draws_random",
+__all__ = ["COLLECTIVES", "QUIET_WRITERS", "RANDOM_WHEN", "UNINITIALIZED", "FunctionInfo", "api_names",
+           "draws_random", "is_api_name",
            "function_info", "info_for_name", "is_collective_name", "is_inplace_name", "is_random_name",
            "is_uninitialized_name", "locate", "resolve_function"]
 
@@ -183,6 +185,27 @@ def function_info(func: Callable[..., Any]) -> FunctionInfo:
     with contextlib.suppress(TypeError):  # unhashable callables are rare; they are classified every time
         _CACHE[func] = info
     return info
+
+
+@functools.cache
+def api_names() -> frozenset[str]:
+    """The names the tools give to calls of PyTorch's API (every function ``torch.overrides`` knows, as the
+    engine names it, and ``torch.distributed``'s collectives): what an op_tools list may match."""
+    from torch.overrides import get_overridable_functions
+
+    names = {_raw_name(func) for funcs in get_overridable_functions().values() for func in funcs}
+    names.update(f"torch.distributed.{name}" for name in COLLECTIVES)
+    return frozenset(name for name in names if name)
+
+
+def is_api_name(name: str) -> bool:
+    """Whether ``name`` is an importable dotted name of a callable (a function of another library that
+    :func:`op_tools.apply_feature` patches, an operator of a newer torch): valid in a list though not in
+    :func:`api_names`."""
+    try:
+        return callable(getattr(*locate(name)))
+    except (LookupError, ValueError, TypeError):
+        return False
 
 
 def locate(name: str) -> tuple[Any, str]:

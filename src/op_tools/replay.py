@@ -87,11 +87,14 @@ def _mean(values: list[float]) -> float | None:
 
 def find_cases(root: str | Path) -> list[Path]:
     """Case directories (holding ``case.json``) and upstream capture folders (holding ``input.pth`` or
-    ``output.pth``) under ``root``, or ``root`` itself, in a stable order."""
+    ``output.pth``) under ``root``, or ``root`` itself, in a stable order. A file names the case it belongs to
+    when it is one of a case's files (``case.json``, ``input.pth``, ``output.pth``); any other file holds no case."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such file or directory")
-    if root.is_file():
+    if root.is_file():  # a case's own file names its case; any other file holds none (never search its folder)
+        if root.name not in (cf.CASE_FILE, "input.pth", "output.pth"):
+            return []
         root = root.parent
     if (root / cf.CASE_FILE).is_file() or upstream_capture.is_capture_dir(root):
         return [root]

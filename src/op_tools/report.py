@@ -222,18 +222,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Rebuild ``report.html`` next to every ``results.jsonl`` under ``args.path``; the exit status."""
     root = Path(args.path)
+    prog = getattr(args, "prog_name", None) or "report"
     if not root.exists():
-        print(f"report: {root}: no such file or directory", file=sys.stderr)
+        print(f"{prog}: error: {root}: no such file or directory", file=sys.stderr)
         return 2
     sources = find_results(root)
     if not sources:
-        print(f"report: no results.jsonl under {root}", file=sys.stderr)
+        print(f"{prog}: error: no results.jsonl under {root} (expected a run folder of a checking tool, e.g. "
+              f"op_tools_results/op_autocompare/<run>)", file=sys.stderr)
         return 2
     status = 0
     for source in sources:
         try:
             print(write_report(source.parent, args.title), flush=True)
         except (OSError, ValueError) as exc:
-            print(f"report: {exc}", file=sys.stderr)
+            print(f"{prog}: error: {exc}", file=sys.stderr)
             status = 2
     return status

@@ -18,11 +18,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from diopi import case_format as cf
-from diopi.env import parse_flag
+from diopi.env import ConfigError, parse_flag
 from op_tools import config
 from op_tools.replay import CaseResult, ReplayOptions, _device_available, find_cases, replay_case, run_stats
 
@@ -39,24 +40,35 @@ def _flag(text: str | None) -> bool:
     return value
 
 
+def _option(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+    """Option ``name`` (dashed) plus its underscore spelling, upstream's (``--run_times``), as a hidden alias."""
+    parser.add_argument(name, **kwargs)
+    alias = "--" + name[2:].replace("-", "_")
+    if alias != name:
+        parser.add_argument(alias, **{**kwargs, "dest": name[2:].replace("-", "_"), "help": argparse.SUPPRESS})
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The replay options (shared by ``python -m op_tools.run_op_from_data`` and ``ditorch replay``)."""
-    parser.add_argument("path", metavar="DIR", help="a case directory, or a folder searched recursively for cases")
-    parser.add_argument("--acc_check", nargs="?", const=None, default=False, type=_flag,
-                        help="judge the device result against the CPU (and float64) instead of the captured output")
-    parser.add_argument("--run_times", type=config.int_at_least(1), default=1, help="runs per case (default 1)")
-    parser.add_argument("--only_run_forward", nargs="?", const=None, default=False, type=_flag,
-                        help="skip the backward pass")
-    parser.add_argument("--sync_time_measure", nargs="?", const=None, default=False, type=_flag,
-                        help="synchronize the device around each timed run and print every timing")
+    """The replay options (shared by ``python -m op_tools.run_op_from_data`` and ``ditorch replay``). Every option
+    is dashed (``--run-times``); upstream's underscore spellings (``--run_times``) are accepted as aliases."""
+    parser.add_argument("path", metavar="DIR", help="an OpCapture run folder (searched recursively for cases), or "
+                                                    "one case folder")
+    _option(parser, "--acc-check", nargs="?", const=None, default=False, type=_flag, metavar="BOOL",
+            help="judge the device result against the CPU (and float64) instead of the captured output")
+    _option(parser, "--run-times", type=config.int_at_least(1), default=1, metavar="N",
+            help="runs per case (default 1)")
+    _option(parser, "--only-run-forward", nargs="?", const=None, default=False, type=_flag, metavar="BOOL",
+            help="skip the backward pass")
+    _option(parser, "--sync-time-measure", nargs="?", const=None, default=False, type=_flag, metavar="BOOL",
+            help="synchronize the device around each timed run and print every timing")
     parser.add_argument("--device", default=None,
                         help="device to replay on (default: the captured device if present, else the best one)")
-    parser.add_argument("--allow_module", action="append", default=[], metavar="MODULE",
-                        help="also call functions of MODULE (cases of op_tools.apply_feature); replay calls only "
-                             "torch operators otherwise (repeatable)")
+    _option(parser, "--allow-module", action="append", default=[], metavar="MODULE",
+            help="also call functions of MODULE (cases of op_tools.apply_feature); replay calls only torch "
+                 "operators otherwise (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="one table row per case, not only the failures")
-    parser.add_argument("--results_dir", default=None,
-                        help=f"where results go (default ${config.RESULTS_DIR_ENV} or ./op_tools_results)")
+    _option(parser, "--results-dir", default=None, metavar="DIR",
+            help=f"where results go (default ${config.RESULTS_DIR_ENV} or ./op_tools_results)")
 
 
 def _normalize(args: argparse.Namespace) -> ReplayOptions:
@@ -152,13 +164,15 @@ def run(args: argparse.Namespace) -> int:
         console = Console(stderr=True, width=200)
     options = _normalize(args)
     root = Path(args.path)
+    prog = getattr(args, "prog_name", None) or "replay"
     try:
         cases = find_cases(root)
-    except FileNotFoundError as exc:
-        console.print(f"replay: {exc}")
-        return 2
-    if not cases:
-        console.print(f"replay: no cases under {root} (a case is a folder with case.json)")
+        if not cases:
+            raise ConfigError(no_case_message(root))
+        if options.device is not None:
+            _check_device(options.device)
+    except (FileNotFoundError, ConfigError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 2
 
     show_times = options.sync_time_measure or options.run_times > 1
@@ -193,6 +207,27 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"replay: {len(results)} cases: {summary}; bitwise equal {sum(bits)}/{len(bits)} results; "
                   f"table in {out_dir}", highlight=False)
     return 1 if counts["FAIL"] or counts["ERROR"] else 0
+
+
+#: What a replay reads, for messages about a path that holds none.
+NO_CASE_HINT = "expected a folder written by OpCapture, e.g. op_tools_results/op_capture/<run>"
+
+
+def no_case_message(root: Path) -> str:
+    """The one line for a path that holds no captured case (a file that is no case file, a foreign folder)."""
+    if root.is_file():
+        return f"{str(root)!r} is a file, not a folder of captured cases; {NO_CASE_HINT}"
+    return f"{str(root)!r} holds no captured case (no cases: no case.json under it); {NO_CASE_HINT}"
+
+
+def _check_device(device: str) -> None:
+    """:class:`ConfigError` unless ``--device`` names a device of this process."""
+    try:
+        target = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"--device {device!r}: PyTorch knows no such device in this process") from None
+    if not _device_available(str(target)):
+        raise ConfigError(f"--device {device!r}: this process has no such device")
 
 
 def _set_up_device(device: str | None) -> str | None:
@@ -237,9 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                  "--device dipu.")
     add_arguments(parser)
     args = parser.parse_args(argv)
+    args.prog_name = "run_op_from_data"
     problem = _set_up_device(args.device)
     if problem:
-        print(problem, file=sys.stderr)
+        print(f"run_op_from_data: error: {problem.removeprefix('replay: ')}", file=sys.stderr)
         return 2
     if args.device is None:
         missing = _unavailable_captured_device(Path(args.path))

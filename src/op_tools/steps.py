@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from diopi.env import ConfigError
+
 __all__ = ["StepRange", "current_step", "install_optimizer_hook", "next_step"]
 
 _step = 1
@@ -54,7 +56,7 @@ class StepRange:
             return
         if isinstance(spec, range):
             if spec.step != 1 or len(spec) == 0:
-                raise ValueError(f"{source}: expected a non-empty range with step 1, got {spec}")
+                raise ConfigError(f"{source}: expected a non-empty range with step 1, got {spec}")
             self.first, self.last = spec.start, spec.stop - 1
         elif isinstance(spec, tuple):
             self.first, self.last = int(spec[0]), None if spec[1] is None else int(spec[1])
@@ -62,12 +64,12 @@ class StepRange:
             match = _RANGE.match(str(spec))
             if not match or not (match.group(1) or match.group(3)) or (match.group(3) and not match.group(2)
                                                                      and match.group(1)):
-                raise ValueError(f"{source}={spec!r} is not a step range (examples: 3, 2-4, 5-)")
+                raise ConfigError(f"{source}={spec!r} is not a step range (examples: 3, 2-4, 5-)")
             first, dash, last = match.groups()
             self.first = int(first) if first else 1
             self.last = int(last) if last else (None if dash else self.first)
         if self.first < 1 or (self.last is not None and self.last < self.first):
-            raise ValueError(f"{source}={spec!r}: steps are numbered from 1 and the range must not be empty")
+            raise ConfigError(f"{source}={spec!r}: steps are numbered from 1 and the range must not be empty")
 
     @property
     def unbounded(self) -> bool:

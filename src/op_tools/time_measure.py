@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from diopi.env import ConfigError
 from op_tools import config
 from op_tools.device_sync import synchronizer, timing_event_factory
 from op_tools.naming import COLLECTIVES, is_collective_name
@@ -132,7 +133,7 @@ class OpTimeMeasure(ResultsTool):
         if mode is None:
             mode = "event" if has_events else "sync"
         if mode not in MODES:
-            raise ValueError(f"{config.TIME_MEASURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
+            raise ConfigError(f"{config.TIME_MEASURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
         if mode == "event" and not has_events:
             raise ValueError(f"OpTimeMeasure: mode='event' needs timing events; the {self.device_type} device has "
                              f"none (use mode='sync')")

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from diopi.env import ConfigError
 from op_tools import config
 from op_tools.engine import engine
 from op_tools.op_filter import OpFilter
@@ -23,7 +24,7 @@ def active_device_type(explicit: str | torch.device | None = None) -> str:
         try:
             return torch.device(value).type
         except (RuntimeError, TypeError) as exc:
-            raise ValueError(f"{config.DEVICE_ENV} / device={value!r} is not a device: {exc}") from None
+            raise ConfigError(f"{config.DEVICE_ENV} / device={value!r} is not a device: {exc}") from None
     accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
     return accelerator.type if accelerator is not None else "cpu"
 
@@ -128,7 +129,7 @@ class OpTool:
 
     def _apply_common_config(self, cfg: config.ToolConfig) -> None:
         self.filter = OpFilter(self.env_prefix, self._explicit_ops, self._explicit_disable_ops,
-                               env_lists=(cfg.ops, cfg.disable_ops))
+                               env_lists=(cfg.ops, cfg.disable_ops), owner=type(self).__name__)
         self.device_type = active_device_type(self._explicit_device if self._explicit_device is not None
                                               else cfg.device)
         steps = self._explicit_steps if self._explicit_steps is not None else cfg.steps

@@ -38,6 +38,10 @@ def _init() -> None:
         raise ImportError(refusal)
     config = DipuConfig.from_env()
     rt = load_vendor(config.vendor)
+    if config.compile_backend:
+        from torch_dipu.compile_default import check_backend
+
+        check_backend(config.compile_backend)
     state = DipuState(
         runtime=rt,
         config=config,

@@ -47,6 +47,23 @@ def fallback_backend() -> str:
     return state.config.compile_backend or getattr(state.runtime, "compile_backend", None) or DEFAULT_BACKEND
 
 
+def check_backend(name: str, source: str = "DIPU_COMPILE_BACKEND") -> None:
+    """Raise :class:`~diopi.env.ConfigError` naming ``source`` when ``name`` is no registered dynamo backend
+    (torch._dynamo is imported only for this, when a backend is named)."""
+    import difflib
+
+    from torch._dynamo import list_backends
+
+    from diopi.env import ConfigError
+
+    known = set(list_backends(exclude_tags=())) | {"eager", "aot_eager", "inductor"}
+    if name not in known:
+        near = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ConfigError(f"{source}={name!r} is not a registered torch.compile backend{hint}; known: "
+                          f"{', '.join(sorted(known))}")
+
+
 def set_fallback_backend(name: str | None) -> None:
     """Name the backend for graphs on dipu (a registered dynamo backend, e.g. ``"eager"``, ``"aot_eager"`` or
     a vendor's); ``None`` or ``""`` goes back to the vendor's default. Applies to graphs compiled from now on."""

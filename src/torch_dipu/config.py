@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diopi.env import compile_op_list, env_flag, split_list, strip_op_prefix
+from diopi.env import ConfigError, compile_op_list, env_flag, split_list, strip_op_prefix
+from diopi.op_names import CheckedOpList, aten_names
 
 FALLBACK_CONFIG_FILE = ".dipu_force_fallback_op_list.config"
 AUTOCOMPARE_CONFIG_FILE = ".specified_autocompare_op_list.config"
@@ -28,7 +29,7 @@ def parse_dump_level(text: str | None, source: str = DUMP_OP_ARGS) -> int:
     value = (text or "").strip() or "0"
     if value not in {str(level) for level in DUMP_LEVELS}:
         levels = "; ".join(f"{level}: {what}" for level, what in DUMP_LEVELS.items())
-        raise ValueError(f"{source}={text!r} is not a dump level (expected 0-3: {levels})")
+        raise ConfigError(f"{source}={text!r} is not a dump level (expected 0-3: {levels})")
     return int(value)
 
 
@@ -38,7 +39,7 @@ def parse_memcaching_algorithm(text: str | None, source: str = MEMCACHING_ALGORI
     value = (text or "").strip().upper() or "BF"
     if value not in MEMCACHING_ALGORITHMS:
         known = ", ".join(f"{name} ({what})" for name, what in MEMCACHING_ALGORITHMS.items())
-        raise ValueError(f"{source}={text!r} is not an allocator algorithm (expected one of {known})")
+        raise ConfigError(f"{source}={text!r} is not an allocator algorithm (expected one of {known})")
     return value
 
 
@@ -48,7 +49,7 @@ def parse_count(text: str | None, source: str, default: int) -> int:
     if not value:
         return default
     if not re.fullmatch(r"[0-9]+", value) or int(value) <= 0:
-        raise ValueError(f"{source}={text!r} is not a positive integer")
+        raise ConfigError(f"{source}={text!r} is not a positive integer")
     return int(value)
 
 
@@ -73,13 +74,13 @@ def parse_visible_devices(text: str | None, source: str = VISIBLE_DEVICES) -> li
     indices: list[int] = []
     for entry in (e.strip() for e in text.split(",")):
         if not re.fullmatch(r"[0-9]+", entry):
-            raise ValueError(
+            raise ConfigError(
                 f"{source}={text!r}: {entry!r} is not a device index (expected comma-separated indices such "
                 "as 0,1; empty or -1 hides every device)"
             )
         index = int(entry)
         if index in indices:
-            raise ValueError(f"{source}={text!r}: device {index} is listed twice")
+            raise ConfigError(f"{source}={text!r}: device {index} is listed twice")
         indices.append(index)
     return indices
 
@@ -96,6 +97,15 @@ def compile_patterns(entries: list[str], source: str) -> list[re.Pattern[str]]:
     """Compile operator-name list entries as whole-name regular expressions (an ``aten.`` prefix is
     allowed); a bad entry raises naming it (:func:`diopi.env.compile_op_list`)."""
     return compile_op_list(entries, source, ATEN_PREFIXES)
+
+
+def checked_op_list(entries: list[str], source: str) -> CheckedOpList:
+    """An ATen operator-name list (``DIPU_FORCE_FALLBACK_OPS_LIST``, ``DIPU_AUTOCOMPARE_OPS_LIST``) checked
+    against the operators the dispatcher knows: a misspelt entry is one warning line now (an error with
+    ``DITORCH_STRICT=1``) and one line at exit if it matched no call (:mod:`diopi.op_names`)."""
+    names = CheckedOpList(entries, source, aten_names, strip_prefixes=ATEN_PREFIXES)
+    names.check()
+    return names
 
 
 @dataclass
@@ -136,7 +146,10 @@ class DipuConfig:
 
     @classmethod
     def from_env(cls, cwd: Path | None = None) -> DipuConfig:
+        from diopi.compare import check_tolerance_env
+
         env = os.environ
+        check_tolerance_env(env)  # DIPU_AUTOCOMPARE_OPS_LIST judges with them: a bad one is an error now
         return cls(
             vendor=os.environ.get("DIPU_DEVICE", "droplet").strip() or "droplet",
             force_fallback=_list_with_file("DIPU_FORCE_FALLBACK_OPS_LIST", FALLBACK_CONFIG_FILE, cwd),

@@ -36,7 +36,7 @@ from diopi.impl import tensors as tensors_in
 from diopi.reference import judge_outputs, widen
 from diopi.result_table import ResultTable, default_run_id, free_run_dir, process_rank
 from torch_dipu import dispatch, kernels
-from torch_dipu.config import compile_patterns
+from torch_dipu.config import checked_op_list
 from torch_dipu.state import DipuState, get_state
 from torch_dipu.tensor import DipuTensor
 
@@ -109,7 +109,7 @@ def set_autocompare_ops(entries: list[str] | str, results_dir: str | Path | None
     raises ``ValueError`` naming the entry and ``DIPU_AUTOCOMPARE_OPS_LIST``."""
     global _SESSION, _EXIT_HOOKED
     items = split_list(entries) if isinstance(entries, str) else [e.strip() for e in entries if e.strip()]
-    patterns = compile_patterns(items, VARIABLE)
+    patterns = checked_op_list(items, VARIABLE)
     config = get_state().config
     config.autocompare_ops = items
     if _SESSION is not None and _SESSION.table is not None:

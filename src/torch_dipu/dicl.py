@@ -8,24 +8,39 @@ storage tensors (the default, used by droplet, is gloo on host buffers).
 
 Every c10d collective that reaches a dipu tensor, whether called from Python (``dist.all_reduce``) or from C++
 (DDP's reducer, ``_broadcast_coalesced``, parameter verification), passes through :func:`build_handler`'s
-handler: it checks that every rank calls the same collective on tensors of the same dtype and shape
-(``DICL_CHECK_COLLECTIVES``, on by default), runs the collective on the storage tensors, waits for it, and
-turns a transport failure (a peer that died or never came) into a :class:`DiclError` naming the collective,
-the rank and the group's timeout. ``ReduceOp.AVG``, which gloo lacks, is a sum divided by the group size.
-Work handles are returned completed: ``wait()`` returns at once.
+handler, which:
+
+1. numbers the call in its group (:mod:`torch_dipu.dicl_watch` keeps one state per group);
+2. with no Python object left in the thread's ATen thread-local state (:func:`_no_python_objects_in_tls`: the
+   root of a hang at exit), checks that every rank calls the same collective on tensors of the same dtype and
+   shape (``DICL_CHECK_COLLECTIVES``, on by default), then runs it on the storage tensors;
+3. waits for it: a failure (mismatched calls, a peer that was killed, raised, or never came) is a
+   :class:`DiclError` naming the collective, the rank and what the other ranks did, also printed at once on stderr
+   (:func:`torch_dipu.dicl_watch.wait`);
+4. keeps the transport's works until the group's next call has completed, so that the transport's worker thread
+   never drops the last reference to a Python object (:meth:`torch_dipu.dicl_watch.GroupState.keep`);
+5. returns the caller's tensors and a completed work handle: ``wait()`` returns at once.
+
+``ReduceOp.AVG``, which gloo lacks, is a sum divided by the group size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import _disable_current_modes
 
+from torch_dipu import dicl_watch
+from torch_dipu.dicl_watch import DiclError
 from torch_dipu.state import get_state
 from torch_dipu.tensor import DipuTensor
+
+__all__ = ["BACKEND_NAME", "DiclError", "build_handler", "register"]
 
 BACKEND_NAME = "dicl"
 _c10d = torch._C._distributed_c10d
@@ -38,10 +53,6 @@ _DTYPES = [
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16, torch.int8,
     torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
 ]
-
-
-class DiclError(RuntimeError):
-    """A collective failed: mismatched calls across ranks, or a transport failure (a peer that stopped)."""
 
 
 def register() -> None:
@@ -101,78 +112,89 @@ def _average(tensors: list[torch.Tensor], size: int) -> None:
                 t.copy_(torch.div(t, size, rounding_mode="trunc"))
 
 
-def _run_allreduce(pg: Any, a: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+#: What a runner returns: the transport's work, and what to do once it has completed (None: nothing).
+Finish = Callable[[], None] | None
+
+
+def _averaging(pg: Any, tensors: list[torch.Tensor], avg: bool) -> Finish:
+    """The finish step of a reduction: divide ``tensors`` by the group size when the op was AVG."""
+    return (lambda: _average(tensors, pg.size())) if avg and tensors else None
+
+
+def _run_allreduce(pg: Any, a: dict[str, Any]) -> tuple[Any, Finish]:
     op, avg = _reduce_op(a)
     tensors = _raw(a["tensors"])
-    return pg.allreduce(tensors, _opts(dist.AllreduceOptions, a, reduceOp=op)), tensors if avg else []
+    return pg.allreduce(tensors, _opts(dist.AllreduceOptions, a, reduceOp=op)), _averaging(pg, tensors, avg)
 
 
-def _run_allreduce_coalesced(pg: Any, a: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+def _run_allreduce_coalesced(pg: Any, a: dict[str, Any]) -> tuple[Any, Finish]:
     op, avg = _reduce_op(a)
     tensors = _raw(a["tensors"])
     opts = _opts(dist.AllreduceCoalescedOptions, a, reduceOp=op)
-    return pg.allreduce_coalesced(tensors, opts), tensors if avg else []
+    return pg.allreduce_coalesced(tensors, opts), _averaging(pg, tensors, avg)
 
 
-def _run_reduce(pg: Any, a: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+def _run_reduce(pg: Any, a: dict[str, Any]) -> tuple[Any, Finish]:
     op, avg = _reduce_op(a)
     tensors = _raw(a["tensors"])
     opts = _opts(dist.ReduceOptions, a, reduceOp=op, rootRank=a["root_rank"], rootTensor=a["root_tensor"])
-    return pg.reduce(tensors, opts), tensors if avg and pg.rank() == a["root_rank"] else []  # the root's result
+    return pg.reduce(tensors, opts), _averaging(pg, tensors, avg and pg.rank() == a["root_rank"])  # the root's
 
 
-def _run_reduce_scatter(pg: Any, a: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+def _run_reduce_scatter(pg: Any, a: dict[str, Any]) -> tuple[Any, Finish]:
     op, avg = _reduce_op(a)
     outputs = _raw(a["output_tensors"])
     work = pg.reduce_scatter(outputs, _raw(a["input_tensors"]), _opts(dist.ReduceScatterOptions, a, reduceOp=op))
-    return work, outputs if avg else []
+    return work, _averaging(pg, outputs, avg)
 
 
-def _run_reduce_scatter_base(pg: Any, a: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+def _run_reduce_scatter_base(pg: Any, a: dict[str, Any]) -> tuple[Any, Finish]:
     op, avg = _reduce_op(a)
     output = _raw(a["output_tensor"])
     work = pg._reduce_scatter_base(output, _raw(a["input_tensor"]), _opts(dist.ReduceScatterOptions, a, reduceOp=op))
-    return work, [output] if avg else []
+    return work, _averaging(pg, [output], avg)
 
 
-def _run_reduce_scatter_coalesced(pg: Any, a: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+def _run_reduce_scatter_coalesced(pg: Any, a: dict[str, Any]) -> tuple[Any, Finish]:
     op, avg = _reduce_op(a)
     outputs = _raw(a["outputs"])
     opts = _opts(dist.ReduceScatterOptions, a, reduceOp=op)
-    return pg.reduce_scatter_tensor_coalesced(outputs, _raw(a["inputs"]), opts), outputs if avg else []
+    return pg.reduce_scatter_tensor_coalesced(outputs, _raw(a["inputs"]), opts), _averaging(pg, outputs, avg)
 
 
-def _run_all_to_all(pg: Any, a: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+def _run_all_to_all(pg: Any, a: dict[str, Any]) -> tuple[Any, Finish]:
     """``all_to_all`` on lists, as one ``all_to_all_single`` on flat buffers (gloo has only the latter)."""
     outputs, inputs = _raw(a["output_tensors"]), _raw(a["input_tensors"])
     send = torch.cat([t.reshape(-1) for t in inputs]) if inputs else torch.empty(0)
     receive = torch.empty(sum(t.numel() for t in outputs), dtype=send.dtype, device=send.device)
     work = pg.alltoall_base(receive, send, [t.numel() for t in outputs], [t.numel() for t in inputs],
                             _opts(dist.AllToAllOptions, a))
-    work.wait()
-    with torch.no_grad():
-        for t, part in zip(outputs, receive.split([t.numel() for t in outputs]), strict=True):
-            t.copy_(part.view(t.shape))
-    return work, []
+
+    def copy_out() -> None:
+        with torch.no_grad():
+            for t, part in zip(outputs, receive.split([t.numel() for t in outputs]), strict=True):
+                t.copy_(part.view(t.shape))
+
+    return work, copy_out
 
 
-_RUNNERS: dict[str, tuple[str, str, Callable[[Any, dict[str, Any]], tuple[Any, list[torch.Tensor]]]]] = {
+_RUNNERS: dict[str, tuple[str, str, Callable[[Any, dict[str, Any]], tuple[Any, Finish]]]] = {
     # c10d op: (public name, checked tensors ("shape:<arg>", "dtype:<arg>" or "" for none), runner)
     "allreduce_": ("all_reduce", "shape:tensors", _run_allreduce),
     "allreduce_coalesced_": ("all_reduce_coalesced", "shape:tensors", _run_allreduce_coalesced),
     "broadcast_": ("broadcast", "shape:tensors", lambda pg, a: (pg.broadcast(
         _raw(a["tensors"]), _opts(dist.BroadcastOptions, a, rootRank=a["root_rank"], rootTensor=a["root_tensor"])),
-        [])),
+        None)),
     "reduce_": ("reduce", "shape:tensors", _run_reduce),
     "allgather_": ("all_gather", "shape:input_tensors", lambda pg, a: (pg.allgather(
-        _raw(a["output_tensors"]), _raw(a["input_tensors"]), _opts(_c10d.AllgatherOptions, a)), [])),
+        _raw(a["output_tensors"]), _raw(a["input_tensors"]), _opts(_c10d.AllgatherOptions, a)), None)),
     "_allgather_base_": ("all_gather_into_tensor", "shape:input_tensor", lambda pg, a: (pg._allgather_base(
-        _raw(a["output_tensor"]), _raw(a["input_tensor"]), _opts(_c10d.AllgatherOptions, a)), [])),
+        _raw(a["output_tensor"]), _raw(a["input_tensor"]), _opts(_c10d.AllgatherOptions, a)), None)),
     "allgather_coalesced_": ("all_gather_coalesced", "shape:input_list", lambda pg, a: (pg.allgather_coalesced(
-        _raw(a["output_lists"]), _raw(a["input_list"]), _opts(_c10d.AllgatherOptions, a)), [])),
+        _raw(a["output_lists"]), _raw(a["input_list"]), _opts(_c10d.AllgatherOptions, a)), None)),
     "allgather_into_tensor_coalesced_": ("all_gather_into_tensor_coalesced", "shape:inputs", lambda pg, a: (
         pg.allgather_into_tensor_coalesced(_raw(a["outputs"]), _raw(a["inputs"]), _opts(_c10d.AllgatherOptions, a)),
-        [])),
+        None)),
     "reduce_scatter_": ("reduce_scatter", "shape:output_tensors", _run_reduce_scatter),
     "_reduce_scatter_base_": ("reduce_scatter_tensor", "shape:input_tensor", _run_reduce_scatter_base),
     "reduce_scatter_tensor_coalesced_": ("reduce_scatter_tensor_coalesced", "shape:inputs",
@@ -180,18 +202,18 @@ _RUNNERS: dict[str, tuple[str, str, Callable[[Any, dict[str, Any]], tuple[Any, l
     "alltoall_": ("all_to_all", "dtype:input_tensors", _run_all_to_all),
     "alltoall_base_": ("all_to_all_single", "dtype:input", lambda pg, a: (pg.alltoall_base(
         _raw(a["output"]), _raw(a["input"]), a["output_split_sizes"], a["input_split_sizes"],
-        _opts(dist.AllToAllOptions, a)), [])),
+        _opts(dist.AllToAllOptions, a)), None)),
     "gather_": ("gather", "shape:input_tensors", lambda pg, a: (pg.gather(
         _raw(a["output_tensors"]), _raw(a["input_tensors"]), _opts(dist.GatherOptions, a, rootRank=a["root_rank"])),
-        [])),
+        None)),
     "scatter_": ("scatter", "shape:output_tensors", lambda pg, a: (pg.scatter(
         _raw(a["output_tensors"]), _raw(a["input_tensors"]), _opts(dist.ScatterOptions, a, rootRank=a["root_rank"])),
-        [])),
-    "barrier": ("barrier", "none:", lambda pg, a: (pg.barrier(_opts(dist.BarrierOptions, a)), [])),
+        None)),
+    "barrier": ("barrier", "none:", lambda pg, a: (pg.barrier(_opts(dist.BarrierOptions, a)), None)),
     # Point-to-point: only two ranks take part, so there is no all-rank check.
-    "send": ("send", "", lambda pg, a: (pg.send(_raw(a["tensors"]), a["dst"], a["tag"]), [])),
-    "recv_": ("recv", "", lambda pg, a: (pg.recv(_raw(a["tensors"]), a["src"], a["tag"]), [])),
-    "recv_any_source_": ("recv", "", lambda pg, a: (pg.recv_anysource(_raw(a["tensors"]), a["tag"]), [])),
+    "send": ("send", "", lambda pg, a: (pg.send(_raw(a["tensors"]), a["dst"], a["tag"]), None)),
+    "recv_": ("recv", "", lambda pg, a: (pg.recv(_raw(a["tensors"]), a["src"], a["tag"]), None)),
+    "recv_any_source_": ("recv", "", lambda pg, a: (pg.recv_anysource(_raw(a["tensors"]), a["tag"]), None)),
 }
 _OP_CODES = {name: code for code, name in enumerate(sorted(_RUNNERS), 1)}
 
@@ -224,11 +246,12 @@ def _describe(row: list[int]) -> str:
     return f"{dtype}[{shape}]{count}"
 
 
-def _check_across_ranks(pg: Any, op: str, name: str, check: str, a: dict[str, Any]) -> None:
+def _check_across_ranks(pg: Any, op: str, check: str, a: dict[str, Any], call: _Call) -> None:
     """Raise :class:`DiclError` on every rank when the ranks' calls of this collective differ."""
+    name = call.name
     mine = _fingerprint(op, check, a)
     everyone = torch.empty(pg.size() * _FINGERPRINT, dtype=torch.int64)
-    _wait(pg._allgather_base(everyone, mine, _c10d.AllgatherOptions()), pg, name)
+    _wait(pg._allgather_base(everyone, mine, _c10d.AllgatherOptions()), call)
     rows = everyone.view(pg.size(), _FINGERPRINT).tolist()
     if all(row == rows[0] for row in rows):
         return
@@ -242,14 +265,76 @@ def _check_across_ranks(pg: Any, op: str, name: str, check: str, a: dict[str, An
                     f"pass the same dtype and shape")
 
 
-def _wait(work: Any, pg: Any, name: str) -> None:
+class _Call:
+    """One collective in progress: its group's state, its number in the group, its public name, and the transport
+    works it made (kept when it ends: :meth:`torch_dipu.dicl_watch.GroupState.keep`)."""
+
+    __slots__ = ("name", "number", "state", "works")
+
+    def __init__(self, state: dicl_watch.GroupState, name: str, numbered: bool) -> None:
+        if numbered:
+            state.calls += 1
+        self.state, self.number, self.name, self.works = state, state.calls if numbered else None, name, []
+
+
+def _wait(work: Any, call: _Call) -> None:
+    """Wait for a transport work of ``call``; a failure is a :class:`DiclError` naming the collective, the rank and
+    what the other ranks did (:func:`torch_dipu.dicl_watch.wait`)."""
+    call.works.append(work)
+    dicl_watch.wait(work, call.state, call.number, call.name)
+
+
+#: Point-to-point ops: only two ranks take part (so they get no call number: the group's other ranks would not
+#: count them), and gloo cannot wait on their works in parts.
+_POINT_TO_POINT = frozenset({"send", "recv_", "recv_any_source_"})
+
+
+@contextlib.contextmanager
+def _no_python_objects_in_tls() -> Iterator[None]:
+    """Run the block with no Python object in this thread's ATen thread-local state; put them back after.
+
+    The root of a hang at exit (issue 32): a c10d transport work (gloo's ``AsyncWork``) saves the creating thread's
+    ``at::ThreadLocalState`` for its worker thread, and that state holds Python objects whenever one is set. DDP's
+    reducer issues its gradient all-reduce from an autograd hook, inside ``backward()``, and
+    ``torch.autograd.graph._engine_run_backward`` keeps a ``contextvars.Context`` in that state for the whole
+    backward pass (``torch._C._stash_obj_in_tls("context", ...)``); the torch-function and dispatch mode stacks,
+    saved-tensor default hooks (activation checkpointing) and checkpoint's graph-exec group are Python objects too.
+    The worker dropped the finished work, and with it the last reference to that object, after the thread that
+    issued it had moved on; destroying it needs the GIL. At interpreter exit the thread destroying the DDP reducer
+    holds the GIL and joins that worker in ``~ProcessGroupGloo``: both wait forever (gdb: the worker in
+    ``take_gil`` under ``~ThreadLocalState`` under ``~AsyncWork``, the main thread in ``thread::join`` under
+    ``~ProcessGroupGloo``). dicl creates every transport work inside this block, so the state a work saves holds
+    nothing of Python's. A work's tensors are the other way it holds Python objects (dipu's storage tensors are
+    Python-made): :meth:`torch_dipu.dicl_watch.GroupState.keep` makes sure the worker never drops the last
+    reference to those.
+    """
+    C = torch._C
+    context = C._get_obj_in_tls("context") if C._is_key_in_tls("context") else None
+    if context is not None:
+        C._remove_obj_from_tls("context")
+    function_modes = [C._pop_torch_function_stack() for _ in range(C._len_torch_function_stack())]
+    hooks = []
+    while (top := C._autograd._top_saved_tensors_default_hooks(True)) is not None:
+        hooks.append(top)
+        C._autograd._pop_saved_tensors_default_hooks()
+    exec_group = C._get_graph_exec_group()
+    if exec_group is not None:
+        C._set_graph_exec_group(None)
     try:
-        work.wait()
-    except RuntimeError as exc:
-        raise DiclError(
-            f"dicl {name} failed on rank {pg.rank()} of {pg.size()}: {exc} (a peer rank may have stopped, or did not "
-            f"reach this collective within the group's timeout)"
-        ) from exc
+        if C._len_torch_dispatch_stack():
+            with _disable_current_modes():
+                yield
+        else:
+            yield
+    finally:
+        if exec_group is not None:
+            C._set_graph_exec_group(exec_group)
+        for pack, unpack in reversed(hooks):
+            C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+        for mode in reversed(function_modes):
+            C._push_on_torch_function_stack(mode)
+        if context is not None:
+            C._stash_obj_in_tls("context", context)
 
 
 #: c10d ops a c10d ``Backend`` object has no method for: they go through the group (which dispatches on the storage
@@ -306,17 +391,22 @@ def build_handler(func: torch._ops.OpOverload) -> Callable[[tuple, dict | None],
     def handler(args: tuple, kwargs: dict | None) -> Any:
         a = _bind(func, args, kwargs)
         pg = dist.ProcessGroup.unbox(a["process_group"])
-        if check and get_state().config.check_collectives and pg.size() > 1:
-            _check_across_ranks(pg, op, name, check, a)
-        try:
-            work, averaged = run(_transport(pg, op), a)
-        except RuntimeError as exc:
-            if isinstance(exc, DiclError):
-                raise
-            raise DiclError(f"dicl {name} on rank {pg.rank()}: {exc}") from exc
-        _wait(work, pg, name)
-        if averaged:
-            _average(averaged, pg.size())
+        call = _Call(dicl_watch.group_state(pg), name, numbered=op not in _POINT_TO_POINT)
+        with _no_python_objects_in_tls():
+            try:
+                if check and get_state().config.check_collectives and pg.size() > 1:
+                    _check_across_ranks(pg, op, check, a, call)
+                try:
+                    work, finish = run(_transport(pg, op), a)
+                except RuntimeError as exc:
+                    if isinstance(exc, DiclError):
+                        raise
+                    raise DiclError(f"dicl {name} on rank {pg.rank()}: {exc}") from exc
+                _wait(work, call)
+                if finish is not None:
+                    finish()
+            finally:
+                call.state.keep(call.works)
         return _results(func, a)
 
     return handler

@@ -14,9 +14,10 @@ import torch
 
 import diopi
 from diopi import DiopiFunction
+from diopi.op_names import CheckedOpList
 from diopi.registry import dispatcher_overloads, is_composite, reference_impl
 from torch_dipu import claims
-from torch_dipu.config import compile_patterns
+from torch_dipu.config import checked_op_list
 from torch_dipu.op_schema import returns_view
 from torch_dipu.state import DipuState
 
@@ -68,11 +69,11 @@ def op_names(func: torch._ops.OpOverload) -> tuple[str, str]:
     return (packet if overload == "default" else f"{packet}.{overload}", packet)
 
 
-def matches(patterns: list[re.Pattern[str]], func: torch._ops.OpOverload) -> bool:
-    """Whether any whole-name pattern matches the overload name or its packet name."""
+def matches(names: CheckedOpList, func: torch._ops.OpOverload, record: bool = True) -> bool:
+    """Whether an entry of ``names`` matches the overload name or its packet name (``record``: the call runs,
+    so a match counts for the list's exit lines)."""
     full, packet = op_names(func)
-    return any(p.fullmatch(full) or p.fullmatch(packet) or p.fullmatch(f"{packet}.{func._overloadname}")
-               for p in patterns)
+    return names.matches(full, packet, f"{packet}.{func._overloadname}", record=record)
 
 
 def _run_on_storage(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
@@ -131,10 +132,11 @@ def decomposes_before_dispatch(name: str) -> bool:
     return bool(overloads) and all(is_composite(op) and not claims.is_claimed(op) for op in overloads)
 
 
-def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
-    """Compile ``DIPU_FORCE_FALLBACK_OPS_LIST`` entries; warn about names that can never match."""
-    patterns = compile_patterns(entries, "DIPU_FORCE_FALLBACK_OPS_LIST")
-    for pattern in patterns:
+def parse_fallback_list(entries: list[str]) -> CheckedOpList:
+    """``DIPU_FORCE_FALLBACK_OPS_LIST`` entries, checked (:func:`torch_dipu.config.checked_op_list`); warn about
+    names of operators PyTorch decomposes before they reach a device."""
+    names = checked_op_list(entries, "DIPU_FORCE_FALLBACK_OPS_LIST")
+    for pattern in names.patterns:
         name = pattern.pattern
         if re.fullmatch(r"\w+", name) and decomposes_before_dispatch(name):
             warnings.warn(
@@ -143,7 +145,7 @@ def parse_fallback_list(entries: list[str]) -> list[re.Pattern[str]]:
                 "operators it runs as; DIPU_LOG_FALLBACK_INFO=1 or torch_dipu.fallback_ops() list them.",
                 stacklevel=2,
             )
-    return patterns
+    return names
 
 
 __all__ = [

@@ -58,7 +58,7 @@ def packet_reach(fn: DiopiFunction, packet: str, state: DipuState | None = None)
     decomposed = "; ".join(why for _, route, why in routed if not route)
     if not reaching:
         return PacketReach(fn.name, packet, False, (), decomposed or f"{packet} has no dispatcher overload")
-    if all(kernels.matches(state.force_fallback_patterns, op) for op in reaching):
+    if all(kernels.matches(state.force_fallback_patterns, op, record=False) for op in reaching):
         return PacketReach(fn.name, packet, False, routes, "forced to the CPU by DIPU_FORCE_FALLBACK_OPS_LIST")
     if all(state.runtime.kernel(fn, op) is None for op in reaching):
         return PacketReach(fn.name, packet, False, routes, f"{state.runtime.name} does not implement {fn.name}")

@@ -104,10 +104,24 @@ class DeviceRuntime(ABC):
         It receives this vendor's storage tensors (those :meth:`new_storage` makes). The default is gloo over
         host buffers, right for storage in host memory; a vendor with a collective library (hccl, cncl, ...)
         returns its backend here. ``store`` is the group's prefixed store, ``timeout`` the group's timeout.
+
+        The default group has one worker thread (PyTorch's constructor starts two per network device): dicl
+        completes each collective before it issues the next, and one worker finishes with a work before it takes
+        the next, which dicl relies on to release every work itself (``torch_dipu.dicl_watch.GroupState.keep``).
+        A vendor's backend whose threads release a work's tensors after completing it must do the same.
         """
+        import os
+
         from torch.distributed import ProcessGroupGloo
 
-        return ProcessGroupGloo(store, rank, size, timeout)
+        options = ProcessGroupGloo._Options()
+        options._timeout = timeout
+        # The network devices as PyTorch's constructor picks them (GLOO_SOCKET_IFNAME is PyTorch's variable).
+        interfaces = [name for name in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if name.strip()]
+        options._devices = ([ProcessGroupGloo.create_device(interface=name.strip()) for name in interfaces]
+                            or [ProcessGroupGloo.create_default_device()])
+        options._threads = 1
+        return ProcessGroupGloo(store, rank, size, options)
 
     def properties(self, index: int) -> dict[str, Any]:
         """Static device properties reported by ``torch.dipu.get_device_properties``."""

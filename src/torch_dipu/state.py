@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import torch
 
+from diopi.env import ConfigError
+from diopi.op_names import CheckedOpList
 from torch_dipu.allocator import CachingAllocator
 from torch_dipu.config import VISIBLE_DEVICES, DipuConfig
 from torch_dipu.runtime import DeviceRuntime
@@ -31,7 +32,7 @@ def resolve_visible(selection: list[int] | None, vendor_count: int, vendor: str,
     for index in selection:
         if index >= vendor_count:
             shown = ",".join(map(str, selection)) if text is None else text
-            raise ValueError(f"{VISIBLE_DEVICES}={shown!r}: device {index} does not exist "
+            raise ConfigError(f"{VISIBLE_DEVICES}={shown!r}: device {index} does not exist "
                              f"({vendor} has {_devices_text(vendor_count)})")
     return list(selection)
 
@@ -50,7 +51,8 @@ class DipuState:
     #: Set once a device other than dipu:0 is used; only then do operators check their devices agree.
     several_devices: bool = False
     fallback_ops: set[str] = field(default_factory=set)
-    force_fallback_patterns: list[re.Pattern[str]] = field(default_factory=list)
+    #: ``DIPU_FORCE_FALLBACK_OPS_LIST`` as a checked list (torch_dipu.kernels.parse_fallback_list).
+    force_fallback_patterns: CheckedOpList = field(default_factory=lambda: CheckedOpList([], "", frozenset))
 
     def device(self, index: int | None = None) -> torch.device:
         return torch.device("dipu", self.current_device if index is None else index)

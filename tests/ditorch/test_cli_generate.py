@@ -48,12 +48,12 @@ def test_dlinfer_generates_the_same_ids_as_stock(capsys: pytest.CaptureFixture[s
 def test_bad_input_one_clear_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     status, out, err = _run(capsys, *args, "--max-new-tokens", "1")
     assert status == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith(f"ditorch generate: {message}"), err
+    assert err.count("\n") == 1 and err.startswith(f"ditorch generate: error: {message}"), err
 
 
 def test_directory_without_a_model_is_named(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = _run(capsys, "--model", str(tmp_path), "--prompt", "x")
-    assert status == 2 and err.startswith(f"ditorch generate: --model {str(tmp_path)!r}: cannot load"), err
+    assert status == 2 and err.startswith(f"ditorch generate: error: --model {str(tmp_path)!r}: cannot load"), err
 
 
 def test_byte_level_tokens() -> None:

@@ -43,8 +43,10 @@ def test_help():
 
 
 def test_cli_without_command_prints_help(capsys):
-    assert cli.main([]) == 0
-    assert "demo" in capsys.readouterr().out
+    assert cli.main([]) == 2  # a usage error: the help on stdout, one line on stderr
+    captured = capsys.readouterr()
+    assert "demo" in captured.out
+    assert captured.err == "ditorch: error: no command given (ditorch <command> --help)\n"
 
 
 def test_cli_parses_demo_options():

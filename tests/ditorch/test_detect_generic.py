@@ -8,6 +8,7 @@ reports no device; ``raising_adapter`` publishes a ``ditorch.adapters`` entry po
 from __future__ import annotations
 
 import json
+import re
 
 from vendor_env import PROBE, run_python
 
@@ -25,7 +26,8 @@ def _error_line(*setups: str, args: tuple[str, ...] = ("-m", "ditorch", "info"),
     proc = run_python(*args, setups=setups, **env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ditorch: error: "), proc.stderr  # one line, no traceback
+    # one line, no traceback: ``ditorch <command>: error: ...``
+    assert len(lines) == 1 and re.match(r"ditorch [a-z-]+: error: ", lines[0]), proc.stderr
     return lines[0]
 
 
@@ -83,7 +85,7 @@ def test_ditorch_vendor_names_the_device_or_the_package():
 
 def test_ditorch_vendor_that_cannot_load_beside_the_holder_is_one_line_exit_2():
     line = _error_line("autoload_acme", DITORCH_VENDOR="dipu")
-    assert line == f"ditorch: error: DITORCH_VENDOR=dipu: torch_dipu cannot load: {HELD}"
+    assert line == f"ditorch info: error: DITORCH_VENDOR=dipu: torch_dipu cannot load: {HELD}"
 
 
 def test_ditorch_vendor_naming_a_plugin_that_is_not_installed():
@@ -92,12 +94,13 @@ def test_ditorch_vendor_naming_a_plugin_that_is_not_installed():
            "musa, npu, xpu, cpu) nor an installed plugin package" in line
     assert line.endswith("holds PrivateUse1: DITORCH_VENDOR=acme selects it")
     # the console script too, and `ditorch run`: the user's script never starts on the CPU
-    assert _error_line(args=("-m", "ditorch", "run", "--", "-c", "print('ran')"), DITORCH_VENDOR="torch_nosuch")
+    assert _error_line(args=("-m", "ditorch", "run", "--", __file__), DITORCH_VENDOR="torch_nosuch").startswith(
+        "ditorch run: error: DITORCH_VENDOR='torch_nosuch' is neither")
 
 
 def test_an_adapter_whose_entry_point_raises():
     line = _error_line("raising_adapter", DITORCH_VENDOR="raising")
-    assert line == ("ditorch: error: DITORCH_VENDOR=raising: its adapter could not be loaded: entry point "
+    assert line == ("ditorch info: error: DITORCH_VENDOR=raising: its adapter could not be loaded: entry point "
                     "'fake_raising_adapter:adapter' failed to load: RuntimeError: driver 5.1 is older than the 6.0 "
                     "this adapter needs (fake adapter for tests)")
     result, stderr = _probe("raising_adapter")  # without DITORCH_VENDOR: one warning, detection goes on
@@ -109,8 +112,8 @@ def test_an_adapter_whose_entry_point_raises():
 
 def test_a_plugin_that_imports_but_has_no_device():
     line = _error_line("hollow_plugin", DITORCH_VENDOR="torch_hollow")
-    assert line == "ditorch: error: DITORCH_VENDOR=torch_hollow: torch_hollow imported but reports no usable hollow " \
-                   "device"
+    assert line == ("ditorch info: error: DITORCH_VENDOR=torch_hollow: torch_hollow imported but reports no usable "
+                    "hollow device")
     # imported by the user, without DITORCH_VENDOR: the CPU, and a warning saying why (never silently)
     result, stderr = _probe("hollow_plugin", code="import torch_hollow\n" + PROBE)
     assert result["adapter"] is None

@@ -110,7 +110,8 @@ def test_a_constant_rng_state_is_wrong(tmp_path: Path) -> None:
 def test_without_a_device_there_is_nothing_to_probe(tmp_path: Path) -> None:
     proc, data = probe(tmp_path, DITORCH_VENDOR="cpu")
     assert proc.returncode == 2 and data is None
-    assert proc.stdout.strip() == "ditorch info --probe: no accelerator to probe (ditorch runs on the CPU)"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == "ditorch info: error: --probe: no accelerator to probe (ditorch runs on the CPU)"
     proc = subprocess.run([sys.executable, "-m", "ditorch", "info", "--json", "x.json"], env=clean_env(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--probe" in proc.stderr and not (tmp_path / "x.json").exists()

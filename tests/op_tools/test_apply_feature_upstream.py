@@ -187,6 +187,19 @@ def test_tensor_method_callable_patched_and_restored(capfd: pytest.CaptureFixtur
     assert _observe_lines(capfd.readouterr().err, "torch.Tensor.add") == []
 
 
+def test_a_callable_already_patched_by_a_feature_is_patched_again() -> None:
+    """op_tools.md's sequence: names first, then the patched ``torch.add`` itself as a callable; torch's name
+    table was built before the patch (an earlier tool resolved a name), so only the wrapped original is in it."""
+    from torch.overrides import resolve_name
+
+    resolve_name(torch.add)  # the table now knows the unpatched torch.add
+    op_tools.apply_feature(ops=["torch.add", "torch.sub"], feature="cast_dtype")
+    handle = op_tools.apply_feature(ops=[torch.add, torch.Tensor.mul], feature="measure_op_time")
+    x = torch.ones(3, dtype=torch.float16, device=DEV)
+    assert torch.equal(torch.add(x, x), torch.full((3,), 2.0, dtype=torch.float16, device=DEV))
+    assert [row["name"] for row in handle.tool.summary()] == ["torch.add"]
+
+
 def test_upstream_feature_names_all_known() -> None:
     from op_tools.features import FEATURES, UPSTREAM_FEATURES
 

@@ -13,6 +13,7 @@ from safetensors import safe_open
 import op_tools
 import torch_dipu  # noqa: F401  (registers the dipu device)
 from diopi import case_format as cf
+from diopi.env import ConfigError
 from op_tools.replay import ReplayOptions, replay_case, replay_dir
 
 
@@ -235,8 +236,10 @@ def test_an_unwritable_folder_stops_capturing_with_one_message(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("a file where the results folder should be")
+    with pytest.raises(ConfigError, match=r"results_dir=.*not_a_folder' is a file; expected a folder"):
+        op_tools.OpCapture(results_dir=blocker, device="cpu").start()  # seen at start: nothing runs
     x = torch.ones(3)
-    with op_tools.OpCapture(results_dir=blocker, device="cpu") as cap:
+    with op_tools.OpCapture(results_dir=blocker / "results", device="cpu") as cap:  # found only when writing
         y = x + 1
     assert torch.equal(y, x + 1) and cap.captured == 0 and "cannot write" in cap.halted
     err = capsys.readouterr().err

@@ -183,7 +183,7 @@ def test_level_at_import_and_bad_value_at_import(run_python):
     assert proc.stdout.splitlines()[-1] == "[dipu_add_Tensor]:add.Tensor  diopiAdd"
     proc = run_python(code, env={VAR: "7"}, check=False)
     assert proc.returncode != 0
-    assert "ValueError: DIPU_DUMP_OP_ARGS='7' is not a dump level (expected 0-3: 0: nothing;" in proc.stderr
+    assert "ConfigError: DIPU_DUMP_OP_ARGS='7' is not a dump level (expected 0-3: 0: nothing;" in proc.stderr
 
 
 def test_backward_ops_are_printed_when_switched_on_during_backward(x, capsys):

@@ -137,8 +137,8 @@ def test_selections_parse_and_resolve() -> None:
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("3", "ValueError: DIPU_VISIBLE_DEVICES='3': device 3 does not exist (droplet has 1 device: 0)"),
-    ("0,0", "ValueError: DIPU_VISIBLE_DEVICES='0,0': device 0 is listed twice"),
+    ("3", "diopi.env.ConfigError: DIPU_VISIBLE_DEVICES='3': device 3 does not exist (droplet has 1 device: 0)"),
+    ("0,0", "diopi.env.ConfigError: DIPU_VISIBLE_DEVICES='0,0': device 0 is listed twice"),
 ])
 def test_a_bad_selection_fails_the_import(run_python, value: str, message: str) -> None:
     proc = run_python("import torch_dipu", env={"DIPU_VISIBLE_DEVICES": value}, check=False)

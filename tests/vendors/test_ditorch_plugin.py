@@ -63,8 +63,8 @@ def test_torch_dipu_refuses_in_one_line_naming_the_plugin():
 
 def test_asking_for_another_vendor_is_one_line_exit_2():
     proc = ditorch("info", DITORCH_VENDOR="dipu")
-    assert proc.returncode == 2 and proc.stderr.startswith("ditorch: error: DITORCH_VENDOR=dipu: torch_dipu cannot "
-                                                          "load: PrivateUse1 is held by torch_openreg")
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "ditorch info: error: DITORCH_VENDOR=dipu: torch_dipu cannot load: PrivateUse1 is held by torch_openreg")
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
     assert ditorch("info", DITORCH_VENDOR="openreg", DITORCH_QUIET="1").returncode == 0
 

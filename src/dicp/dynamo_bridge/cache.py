@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from .vendor import Vendor
 __all__ = ["CompileCache", "cache_key", "describe_value", "graph_listing"]
 
 #: Bumped when the key's recipe or the entry layout changes.
-FORMAT = 1
+FORMAT = 2
 
 
 def describe_value(val: Any) -> str:
@@ -39,7 +40,7 @@ def describe_value(val: Any) -> str:
         return "(" + "; ".join(describe_value(v) for v in val) + ")"
     if isinstance(val, torch.SymInt):
         return f"SymInt {val}"
-    return f"{type(val).__name__} {val!r}"
+    return f"{type(val).__name__} {_stable_repr(val)}"
 
 
 def _arg_text(arg: Any, index: dict[torch.fx.Node, int]) -> str:
@@ -50,7 +51,17 @@ def _arg_text(arg: Any, index: dict[torch.fx.Node, int]) -> str:
         return f"[{inner}]" if isinstance(arg, list) else f"({inner})"
     if isinstance(arg, dict):
         return "{" + ", ".join(f"{k}={_arg_text(v, index)}" for k, v in arg.items()) + "}"
-    return repr(arg)
+    if isinstance(arg, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)) or callable(arg):
+        return op_name(arg)  # never a repr with an address: the key must be the same in every process
+    return _stable_repr(arg)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr(value)`` without the ``at 0x...`` addresses of default reprs (they differ between processes)."""
+    return _ADDRESS.sub("", repr(value))
 
 
 def graph_listing(gm: torch.fx.GraphModule) -> str:

@@ -15,9 +15,13 @@ the registry whether a node can be converted (:meth:`ConversionRegistry.unsuppor
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
-import marshal
+import re
+import sys
+import types
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -90,28 +94,126 @@ class ConversionRegistry:
         return set(self._table)
 
     def version(self) -> str:
-        """A digest of the registered converters' code objects: part of the compile cache key, so a changed
-        converter never reuses an artifact built by the old one. Computed once per set of registrations."""
+        """A digest of the registered converters: part of the compile cache key, so a changed converter never
+        reuses an artifact built by the old one. Made only of content that is the same in every process (so
+        a second process hits the cache): each target's name, each converter's and ``supports``' qualified name
+        and code (bytecode, constants, names, defaults, closure values; no addresses, no file paths, no line
+        numbers), and the source text of the modules that define them (a changed helper counts too).
+        Computed once per set of registrations."""
         if self._version is not None:
             return self._version
         digest = hashlib.sha256(self.vendor.encode())
-        seen: set[int] = set()
+        modules: set[str] = set()
         for target in sorted(self._table, key=_name):
             conversion = self._table[target]
-            digest.update(_name(target).encode())
+            digest.update(b"\0" + _name(target).encode())
             for fn in (conversion.fn, conversion.supports):
-                if fn is None or id(fn) in seen:
-                    continue
-                seen.add(id(fn))
-                code = getattr(fn, "__code__", None)
-                digest.update(marshal.dumps(code) if code is not None else repr(fn).encode())
+                digest.update(b"\0" + _callable_text(fn, modules, 0).encode())
+        for module in sorted(modules):
+            digest.update(b"\0" + module.encode() + b"\0" + _module_source_digest(module).encode())
         self._version = digest.hexdigest()[:16]
         return self._version
 
 
 def _name(target: Any) -> str:
-    """``aten.add.Tensor`` for an overload, the qualified name for a Python callable."""
+    """``aten.add.Tensor`` for an overload, ``higher_order.auto_functionalized`` for a higher-order operator,
+    the qualified name for a Python callable (of its type for an object without one: never a repr that holds
+    an address, which would differ from process to process)."""
     if isinstance(target, torch._ops.OpOverload):
         return f"{target.namespace}.{target._opname}.{target._overloadname}"
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"{getattr(target, 'namespace', 'higher_order')}.{target.name()}"
+    qualname = getattr(target, "__qualname__", None)
+    if not isinstance(qualname, str):
+        target = type(target)
+        qualname = target.__qualname__
     module = getattr(target, "__module__", None) or ""
-    return f"{module}.{getattr(target, '__qualname__', repr(target))}".lstrip(".")
+    return f"{module}.{qualname}".lstrip(".")
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_MAX_DEPTH = 6
+
+
+def _callable_text(fn: Any, modules: set[str], depth: int) -> str:
+    """A text of ``fn`` that is equal in every process running the same code: qualified name, code, defaults
+    and closure values. Adds the modules defining Python functions to ``modules``."""
+    if fn is None:
+        return "-"
+    if depth > _MAX_DEPTH:
+        return _name(fn)
+    if isinstance(fn, functools.partial):
+        return (f"partial({_callable_text(fn.func, modules, depth + 1)}, "
+                f"{_value_text(fn.args, modules, depth + 1)}, {_value_text(fn.keywords, modules, depth + 1)})")
+    if isinstance(fn, types.MethodType):
+        return f"method({_callable_text(fn.__func__, modules, depth + 1)}, {_name(type(fn.__self__))})"
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return _name(fn)
+    module = getattr(fn, "__module__", None)
+    if isinstance(module, str):
+        modules.add(module)
+    cells = [c.cell_contents if _cell_full(c) else "<empty>" for c in (getattr(fn, "__closure__", None) or ())]
+    defaults = _value_text((fn.__defaults__, fn.__kwdefaults__), modules, depth + 1)
+    closure = _value_text(cells, modules, depth + 1)
+    return f"{_name(fn)}|{_code_text(code, modules, depth)}|defaults {defaults}|closure {closure}"
+
+
+def _cell_full(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _code_text(code: types.CodeType, modules: set[str], depth: int) -> str:
+    """Bytecode, constants (nested code included, sets sorted), names and signature shape of ``code``; no
+    file name or line numbers, so moving a function does not change it, and no ``marshal`` (whose output
+    depends on reference counts)."""
+    consts = _value_text(code.co_consts, modules, depth + 1)
+    return (f"{code.co_name} {code.co_argcount}/{code.co_posonlyargcount}/{code.co_kwonlyargcount} "
+            f"flags {code.co_flags} code {code.co_code.hex()} consts {consts} names {code.co_names} "
+            f"vars {code.co_varnames} free {code.co_freevars} cell {code.co_cellvars}")
+
+
+def _value_text(value: Any, modules: set[str], depth: int) -> str:
+    """A process-independent text of a constant, a default or a closure value."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return repr(value)
+    if depth > _MAX_DEPTH:
+        return type(value).__name__
+    if isinstance(value, types.CodeType):
+        return _code_text(value, modules, depth)
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(_value_text(v, modules, depth + 1) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(_value_text(v, modules, depth + 1) for v in value)) + "}"
+    if isinstance(value, dict):
+        items = sorted(f"{_value_text(k, modules, depth + 1)}: {_value_text(v, modules, depth + 1)}"
+                       for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return str(value)
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
+        return _name(value)
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    if isinstance(value, type):
+        return f"class {_name(value)}"
+    if callable(value):
+        return _callable_text(value, modules, depth + 1)
+    return f"{_name(type(value))} {_ADDRESS.sub('', repr(value))}"
+
+
+@functools.cache
+def _module_source_digest(module: str) -> str:
+    """sha256 of the source file of ``module`` ("" when it has none): a helper a converter calls is part of it."""
+    path = getattr(sys.modules.get(module), "__file__", None)
+    if not path or not str(path).endswith(".py"):
+        return ""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""

@@ -21,6 +21,7 @@ from diopi.conformance.device_config import DeviceConfig, DeviceConfigError, loa
 from diopi.conformance.gen import FROM_CAPTURE_INDEX, GenResult, gen_function
 from diopi.conformance.run import CaseResult, TargetError, device_reachability, make_target, run_case
 from diopi.conformance.suite import Suite, family_of, load_suite
+from diopi.env import ConfigError as EnvConfigError
 
 DEFAULT_DATA = "diopi_conformance_data"
 T = TypeVar("T")
@@ -324,18 +325,19 @@ def unreached(results: list[CaseResult]) -> list[str]:
     return [f for f, ok in reached.items() if not ok]
 
 
-def handle(args: argparse.Namespace, extra: Iterable[Any] = ()) -> int:
-    """Run the parsed subcommand; bad input is one line on stderr and exit status 2."""
+def handle(args: argparse.Namespace, extra: Iterable[Any] = (), prog: str = "diopi.conformance") -> int:
+    """Run the parsed subcommand; bad input is one line on stderr (``<prog> <command>: error: ...``) and exit
+    status 2."""
     command = getattr(args, "conformance_command", None)
     if command is None:
-        print("usage: python -m diopi.conformance {count,gen,run} ... (--help for more)", file=sys.stderr)
+        print(f"{prog}: error: no command given (choose from count, gen, run)", file=sys.stderr)
         return 2
     try:
         suite = load_suite(extra=extra)
         handler = {"count": _count, "gen": _gen, "run": _run}[command]
         return handler(args, suite, print)
-    except (UsageError, ConfigError, DeviceConfigError, TargetError) as exc:
-        print(f"diopi.conformance {command}: error: {exc}", file=sys.stderr)
+    except (UsageError, ConfigError, DeviceConfigError, TargetError, EnvConfigError) as exc:
+        print(f"{prog} {command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
 
 

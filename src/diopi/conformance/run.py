@@ -218,6 +218,9 @@ def run_case(path: Path, target: Any, device_config: DeviceConfig | None = None)
     except (cf.CaseFormatError, cf.NotReplayableError, KeyError, TypeError, ValueError) as exc:
         result.outcome, result.detail = "ERROR", f"corrupted case: {exc}"
         return result
+    except RuntimeError as exc:  # an argument names a device this process lacks (torch.device("dipu") unregistered)
+        result.outcome, result.detail = "ERROR", f"case not usable in this process: {_first_line(exc)}"
+        return result
     seed = int(conf.get("seed", 0))
     try:
         torch.manual_seed(seed)

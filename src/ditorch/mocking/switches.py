@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from diopi.env import parse_flag
+from diopi.env import ConfigError, parse_flag
 from ditorch.config import DitorchConfig
 
 DEFAULT_CASTS: dict[torch.dtype, torch.dtype] = {torch.float64: torch.float32, torch.complex128: torch.complex64}
@@ -23,7 +23,7 @@ DEFAULT_CASTS: dict[torch.dtype, torch.dtype] = {torch.float64: torch.float32, t
 def _dtype(name: str, source: str) -> torch.dtype:
     value = getattr(torch, name.strip().removeprefix("torch."), None)
     if not isinstance(value, torch.dtype):
-        raise ValueError(f"{source}: {name.strip()!r} is not a torch dtype")
+        raise ConfigError(f"{source}: {name.strip()!r} is not a torch dtype")
     return value
 
 
@@ -51,7 +51,7 @@ def parse_dtype_cast(text: str | bool | dict | None, source: str = "DITORCH_DTYP
         if not entry.strip():
             continue
         if ":" not in entry:
-            raise ValueError(f"{source}={text!r}: entry {entry.strip()!r} is not 'from:to' (e.g. float64:float32)")
+            raise ConfigError(f"{source}={text!r}: entry {entry.strip()!r} is not 'from:to' (e.g. float64:float32)")
         src, dst = entry.split(":", 1)
         casts[_dtype(src, source)] = _dtype(dst, source)
     return casts or None

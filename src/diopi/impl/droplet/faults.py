@@ -27,6 +27,8 @@ outside ``backward()`` on dipu.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -34,8 +36,9 @@ from typing import Any
 
 import torch
 
-from diopi.env import compile_op_list, op_list_matches, split_list
+from diopi.env import ConfigError, compile_op_list, split_list
 from diopi.impl import tensors, written_arguments
+from diopi.op_names import CheckedOpList, aten_names
 from diopi.registry import DiopiFunction, Kernel, aten_packet_name
 
 __all__ = ["DEFAULT_PARAMS", "Fault", "inject", "op_names", "parse_faults"]
@@ -74,15 +77,36 @@ class Fault:
         return compile_op_list([self.pattern], "DROPLET_FAULTS", ATEN_PREFIXES)[0]
 
     def matches(self, fn: DiopiFunction, op: torch._ops.OpOverload) -> bool:
-        """Whether the pattern names ``op`` (an ATen name) or its DIOPI function ``fn``."""
-        return op_list_matches([self.regex], *op_names(op), fn.name)
+        """Whether the pattern names ``op`` (an ATen name) or its DIOPI function ``fn`` (asked once per operator
+        when its kernel is chosen; a match counts for the exit lines of :mod:`diopi.op_names`)."""
+        return pattern_names(self.pattern).matches(*op_names(op), fn.name)
 
     def __str__(self) -> str:
         return f"{self.pattern}:{self.kind}" + ("" if self.param is None else f":{self.param:g}")
 
 
+@functools.cache
+def pattern_names(pattern: str) -> CheckedOpList:
+    """A fault's op pattern as a checked list: ATen operator and DIOPI function names can match it."""
+    return CheckedOpList([pattern], "DROPLET_FAULTS", functools.partial(aten_names, True),
+                         strip_prefixes=ATEN_PREFIXES)
+
+
+def _spelling_hint(parts: list[str]) -> str:
+    """`` (did you mean 'linear:bias:0.5'?)`` for ``linear:bias=0.5`` or ``linear:biass:0.5``; else empty."""
+    for index in range(len(parts) - 1, 0, -1):
+        kind, equals, param = parts[index].partition("=")
+        near = difflib.get_close_matches(kind.strip(), list(DEFAULT_PARAMS), n=1, cutoff=0.6)
+        if near:
+            fixed = [*parts[:index], near[0], *([param.strip()] if equals else []), *parts[index + 1:]]
+            return f" (did you mean {':'.join(fixed)!r}?)"
+    return ""
+
+
 def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
-    """Parse ``pattern:fault[:param],...``; a malformed entry raises ValueError naming it."""
+    """Parse ``pattern:fault[:param],...``; a malformed entry raises :class:`ConfigError` naming it. An op
+    pattern no ATen operator or DIOPI function matches is one warning line (an error with
+    ``DITORCH_STRICT=1``; :mod:`diopi.op_names`)."""
     faults = []
     for entry in split_list(text):
         parts = entry.split(":")
@@ -91,27 +115,33 @@ def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
         elif len(parts) >= 3 and parts[-2] in DEFAULT_PARAMS:
             pattern, kind, raw_param = ":".join(parts[:-2]), parts[-2], parts[-1]
         else:
-            raise ValueError(
+            raise ConfigError(
                 f"{source} entry {entry!r} is malformed: expected op-pattern:fault[:param] "
-                f"with fault one of {', '.join(DEFAULT_PARAMS)}"
+                f"with fault one of {', '.join(DEFAULT_PARAMS)}{_spelling_hint(parts)}"
             )
         pattern = pattern.strip()
         if not pattern:
-            raise ValueError(f"{source} entry {entry!r} has an empty op pattern")
+            raise ConfigError(f"{source} entry {entry!r} has an empty op pattern")
         try:
             compile_op_list([pattern], source, ATEN_PREFIXES)
         except ValueError as exc:
-            raise ValueError(f"{source} entry {entry!r}: {pattern!r} is not a valid regular expression: "
+            raise ConfigError(f"{source} entry {entry!r}: {pattern!r} is not a valid regular expression: "
                              f"{str(exc).rpartition('regular expression: ')[2]}") from None
         param = DEFAULT_PARAMS[kind]
         if raw_param is not None:
             if DEFAULT_PARAMS[kind] is None:
-                raise ValueError(f"{source} entry {entry!r}: fault {kind!r} takes no parameter")
+                raise ConfigError(f"{source} entry {entry!r}: fault {kind!r} takes no parameter")
             try:
                 param = float(raw_param)
             except ValueError:
-                raise ValueError(f"{source} entry {entry!r}: parameter {raw_param!r} is not a number") from None
+                raise ConfigError(f"{source} entry {entry!r}: parameter {raw_param!r} is not a number") from None
         faults.append(Fault(pattern, kind, param))
+    for fault in faults:
+        names = pattern_names(fault.pattern)
+        if source != names.source:  # an option (--fault) names itself in the messages
+            names = CheckedOpList([fault.pattern], source, functools.partial(aten_names, True),
+                                  strip_prefixes=ATEN_PREFIXES)
+        names.check()
     return faults
 
 

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from diopi.env import ConfigError
 from diopi.impl.droplet.faults import Fault, inject, op_names, parse_faults
 from diopi.impl.droplet.traits import DropletTraits, faults_from_env, parse_dtypes, parse_size
 from diopi.impls import UnsupportedDtypeError
@@ -91,7 +92,7 @@ class DropletImpl:
         switches = {f.name for f in dataclasses.fields(self.traits)}
         for key in changes:
             if key not in switches:
-                raise ValueError(f"droplet has no switch {key!r} (switches: faults, {', '.join(sorted(switches))})")
+                raise ConfigError(f"droplet has no switch {key!r} (switches: faults, {', '.join(sorted(switches))})")
         if "unsupported_dtypes" in changes:
             changes["unsupported_dtypes"] = parse_dtypes(changes["unsupported_dtypes"], "droplet unsupported_dtypes")
         if isinstance(changes.get("memory_capacity"), str):

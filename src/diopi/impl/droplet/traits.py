@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from diopi.case_format import CaseFormatError, dtype_from_name
-from diopi.env import split_list
+from diopi.env import ConfigError, split_list
 from diopi.impl.droplet.faults import Fault, parse_faults
 
 __all__ = ["MATMUL_PRECISIONS", "DropletTraits", "faults_from_env", "parse_dtype", "parse_dtypes", "parse_size"]
@@ -29,7 +29,7 @@ def parse_size(text: str, source: str = "DROPLET_MEMORY_CAPACITY") -> int:
     """``"16GiB"``, ``"512M"``, ``"1024"`` -> bytes."""
     match = _SIZE.match(str(text))
     if not match:
-        raise ValueError(f"{source}={text!r} is not a size (examples: 16GiB, 512MiB, 1048576)")
+        raise ConfigError(f"{source}={text!r} is not a size (examples: 16GiB, 512MiB, 1048576)")
     number, unit = match.groups()
     return int(float(number) * _UNITS[(unit or "")[:1].upper()])
 
@@ -39,7 +39,7 @@ def parse_dtype(name: str, source: str = "DROPLET_UNSUPPORTED_DTYPES") -> torch.
     try:
         return dtype_from_name(name.strip().removeprefix("torch."))
     except CaseFormatError:
-        raise ValueError(f"{source}: {name!r} is not a torch dtype (examples: float64, bfloat16)") from None
+        raise ConfigError(f"{source}: {name!r} is not a torch dtype (examples: float64, bfloat16)") from None
 
 
 def parse_dtypes(value: str | Iterable[torch.dtype | str], source: str = "DROPLET_UNSUPPORTED_DTYPES",
@@ -64,13 +64,13 @@ class DropletTraits:
 
     def validate(self) -> None:
         if self.device_count < 0:
-            raise ValueError(f"droplet device_count must be >= 0, got {self.device_count}")
+            raise ConfigError(f"droplet device_count must be >= 0, got {self.device_count}")
         if self.memory_capacity < 0:
-            raise ValueError(f"droplet memory_capacity must be >= 0, got {self.memory_capacity}")
+            raise ConfigError(f"droplet memory_capacity must be >= 0, got {self.memory_capacity}")
         if not self.malloc_latency_us >= 0:
-            raise ValueError(f"droplet malloc_latency_us must be >= 0, got {self.malloc_latency_us}")
+            raise ConfigError(f"droplet malloc_latency_us must be >= 0, got {self.malloc_latency_us}")
         if self.matmul_precision not in MATMUL_PRECISIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"droplet matmul_precision {self.matmul_precision!r} is not one of {', '.join(MATMUL_PRECISIONS)}"
             )
 
@@ -84,18 +84,21 @@ class DropletTraits:
             try:
                 traits.device_count = int(env["DROPLET_DEVICE_COUNT"])
             except ValueError:
-                raise ValueError(f"DROPLET_DEVICE_COUNT={env['DROPLET_DEVICE_COUNT']!r} is not an integer") from None
+                raise ConfigError(f"DROPLET_DEVICE_COUNT={env['DROPLET_DEVICE_COUNT']!r} is not an integer") from None
         if env.get("DROPLET_MEMORY_CAPACITY"):
             traits.memory_capacity = parse_size(env["DROPLET_MEMORY_CAPACITY"])
         if env.get("DROPLET_UNSUPPORTED_DTYPES"):
             traits.unsupported_dtypes = parse_dtypes(env["DROPLET_UNSUPPORTED_DTYPES"])
         if env.get("DROPLET_MATMUL_PRECISION"):
             traits.matmul_precision = env["DROPLET_MATMUL_PRECISION"].strip().lower()
+            if traits.matmul_precision not in MATMUL_PRECISIONS:
+                raise ConfigError(f"DROPLET_MATMUL_PRECISION={env['DROPLET_MATMUL_PRECISION']!r}: expected one of "
+                                  f"{', '.join(MATMUL_PRECISIONS)}")
         if env.get("DROPLET_MALLOC_LATENCY_US", "").strip():
             try:
                 traits.malloc_latency_us = float(env["DROPLET_MALLOC_LATENCY_US"])
             except ValueError:
-                raise ValueError(f"DROPLET_MALLOC_LATENCY_US={env['DROPLET_MALLOC_LATENCY_US']!r} is not a number "
+                raise ConfigError(f"DROPLET_MALLOC_LATENCY_US={env['DROPLET_MALLOC_LATENCY_US']!r} is not a number "
                                  "of microseconds") from None
         traits.validate()
         return traits
