@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from diopi.env import ConfigError, compile_op_list, env_flag, strip_op_prefix
+from diopi.env import ConfigError, compile_op_list, env_flag, op_list_matches, strip_op_prefix
 
 __all__ = ["CheckedOpList", "STRICT_ENV", "aten_names", "closest", "ledger_lines", "strict"]
 
@@ -202,11 +202,11 @@ class CheckedOpList:
         lines) unless ``record`` is false (a question about a call that is not running). Callers cache the
         answer per name."""
         if not record:
-            return any(p.pattern == n or p.fullmatch(n) for p in self.patterns for n in names)
+            return op_list_matches(self.patterns, *names)
         self._seen.update(names)
         hit = False
         for pattern, entry in zip(self.patterns, self._ledger, strict=True):
-            if any(pattern.pattern == name or pattern.fullmatch(name) for name in names):
+            if op_list_matches((pattern,), *names):
                 entry.matched = True
                 hit = True
         return hit

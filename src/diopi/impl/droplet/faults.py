@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -71,10 +70,6 @@ class Fault:
     pattern: str
     kind: str
     param: float | None
-
-    @property
-    def regex(self) -> re.Pattern[str]:
-        return compile_op_list([self.pattern], "DROPLET_FAULTS", ATEN_PREFIXES)[0]
 
     def matches(self, fn: DiopiFunction, op: torch._ops.OpOverload) -> bool:
         """Whether the pattern names ``op`` (an ATen name) or its DIOPI function ``fn`` (asked once per operator
