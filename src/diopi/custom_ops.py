@@ -268,15 +268,20 @@ def paged_attention_decode(q: torch.Tensor, key_cache: torch.Tensor, value_cache
     group = _check_heads(q, key_cache, "paged_attention_decode")
     block_size = key_cache.shape[1]
     out = q.new_zeros(q.shape[0], q.shape[1], value_cache.shape[-1])
-    for b, length in enumerate(context_lens.tolist()):
-        if length <= 0:
-            continue
-        blocks = block_tables[b, : -(-length // block_size)].long()
-        keys = _acc(key_cache[blocks].flatten(0, 1)[:length]).transpose(0, 1).repeat_interleave(group, 0)
-        values = _acc(value_cache[blocks].flatten(0, 1)[:length]).transpose(0, 1).repeat_interleave(group, 0)
-        probs, _ = _probabilities(_acc(q[b]).unsqueeze(1), keys, softmax_scale, False)
-        out[b] = (probs @ values).squeeze(1).to(q.dtype)
-    return out
+    lengths = context_lens.to(torch.int64)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if longest <= 0:
+        return out
+    # every sequence at once: its blocks gathered to a padded [B, longest] row, the positions past its length masked
+    blocks = block_tables[:, : -(-longest // block_size)].long().clamp(0, key_cache.shape[0] - 1)
+    keys = _acc(key_cache[blocks].flatten(1, 2)[:, :longest]).transpose(1, 2)       # [B, Hkv, longest, D]
+    values = _acc(value_cache[blocks].flatten(1, 2)[:, :longest]).transpose(1, 2)
+    visible = torch.arange(longest, device=lengths.device) < lengths.unsqueeze(1)   # [B, longest]
+    attended = torch.nn.functional.scaled_dot_product_attention(
+        _acc(q).unsqueeze(2), keys, values, attn_mask=visible[:, None, None, :], scale=softmax_scale,
+        enable_gqa=group > 1).squeeze(2)
+    # a sequence without context attends to nothing: zeros (the fused kernel would give NaN)
+    return torch.where((lengths > 0)[:, None, None], attended, 0).to(q.dtype)
 
 
 @custom_op("diopi::reshape_and_cache", mutates_args=("key_cache", "value_cache"),

@@ -4,6 +4,8 @@ the first dlinfer operator runs (:func:`dlinfer_config`), never per call.
 - ``DLINFER_KERNELS``: ``vendor`` (default: a vendor kernel where one is registered for the tensors' device,
   else the reference) or ``reference`` (always the plain-torch reference kernels, e.g. to rule a vendor kernel
   out while debugging).
+- ``DLINFER_LINEAR_USE_NN_LAYOUT``: ``1`` when the framework stores ``linear``'s weights ``(in, out)`` (LMDeploy
+  transposes them under the same variable); default ``0``, weights ``(out, in)``.
 
 A malformed value raises ``ValueError`` naming the variable and the value.
 """
@@ -24,6 +26,7 @@ _KERNEL_CHOICES = ("vendor", "reference")
 @dataclass(frozen=True)
 class DlinferConfig:
     kernels: str = "vendor"
+    linear_nn_layout: bool = False
 
 
 def parse_config(env: Mapping[str, str] | None = None) -> DlinferConfig:
@@ -33,7 +36,10 @@ def parse_config(env: Mapping[str, str] | None = None) -> DlinferConfig:
     if kernels not in _KERNEL_CHOICES:
         raise ConfigError(
             f"DLINFER_KERNELS={env.get('DLINFER_KERNELS')!r}: expected one of {', '.join(_KERNEL_CHOICES)}")
-    return DlinferConfig(kernels=kernels)
+    layout = env.get("DLINFER_LINEAR_USE_NN_LAYOUT", "").strip() or "0"
+    if layout not in ("0", "1"):
+        raise ConfigError(f"DLINFER_LINEAR_USE_NN_LAYOUT={layout!r}: expected 0 or 1")
+    return DlinferConfig(kernels=kernels, linear_nn_layout=layout == "1")
 
 
 _config: DlinferConfig | None = None

@@ -98,6 +98,15 @@ class KernelRegistry:
             self._resolved[key] = found
         return found
 
+    def vendor_for(self, device_type: str) -> str:
+        """The name of the vendor that registered kernels for ``device_type`` (``"reference"`` if none)."""
+        self.load_vendors()
+        if dlinfer_config().kernels != REFERENCE:
+            for (_, dev), (name, _) in self._vendor.items():
+                if dev == device_type:
+                    return name
+        return REFERENCE
+
     def dispatch(self, op: str, device_type: str, *args: Any) -> Any:
         """Run ``op`` with the kernel for ``device_type`` and count the call."""
         name, fn = self.kernel(op, device_type)

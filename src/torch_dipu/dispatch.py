@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import diopi
-from torch_dipu import dicl, factories, host_sync, kernels, storage
+from torch_dipu import device_kernels, dicl, factories, host_sync, kernels, storage
 from torch_dipu.state import get_state
 from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage, set_handler_builder
 
@@ -185,9 +185,14 @@ def _run_recorded(name: str, run: Any, kernel: Any, func: Any, uargs: list, ukwa
 
 
 def build_handler(func: torch._ops.OpOverload) -> Handler:
-    """Build, cache and return the handler for ATen overload ``func``."""
+    """Build, cache and return the handler for overload ``func`` (an ATen operator, a collective, or another
+    library's operator with a PrivateUse1 kernel: :mod:`torch_dipu.device_kernels`)."""
     if func.namespace == "c10d":  # collectives run on the group's transport (torch_dipu.dicl)
         handler = dicl.build_handler(func)
+        _HANDLERS[func] = handler
+        return handler
+    if device_kernels.has_device_kernel(func):  # another library's kernel for the device: run it as a backend would
+        handler = device_kernels.build_handler(func)
         _HANDLERS[func] = handler
         return handler
     state = get_state()

@@ -82,6 +82,17 @@ def _run_on_storage(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any
     return op._op(*args, **kwargs)
 
 
+def _record_stream(op: torch._ops.OpOverload, tensor: torch.Tensor, stream: torch.Stream) -> None:
+    """``Tensor.record_stream``: nothing to record. Vendor kernels run in issue order whatever their stream, so
+    memory freed after a call is never reused while another stream's work on it is still queued."""
+    if stream.device.type != "dipu":
+        raise RuntimeError(f"record_stream: {stream} is not a stream of the dipu device")
+
+
+# Native packets with a kernel of their own (the others run the ATen overload on the storage tensors).
+_NATIVE_KERNELS: dict[str, Callable[..., Any]] = {"record_stream": _record_stream}
+
+
 @contextlib.contextmanager
 def host_rng_from(generator: torch.Generator) -> Iterator[None]:
     """Let a random kernel that takes no generator argument (it draws from the host's default
@@ -99,7 +110,7 @@ def select(func: torch._ops.OpOverload, state: DipuState) -> KernelPlan:
     """Choose how ``func`` runs on dipu and log CPU fallbacks once when asked to."""
     packet = diopi.aten_packet_name(func)
     if packet in NATIVE_PACKETS or returns_view(func._schema):
-        return KernelPlan("native", _run_on_storage, None)
+        return KernelPlan("native", _NATIVE_KERNELS.get(packet, _run_on_storage), None)
     fn = diopi.function_for_aten(func)
     # The CPU fallback runs the ATen operator on the host; for the few the CPU build lacks (CUDA-only fused
     # kernels), the DIOPI reference implementation is the host's way to compute it.

@@ -7,6 +7,7 @@ device clock reading taken when it is recorded; ``elapsed_time`` is the differen
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 
 import torch
@@ -25,12 +26,30 @@ def _wait(index: int) -> None:
     state.runtime.synchronize(state.vendor_index(index))
 
 
-class Stream:
-    """A queue of work on one dipu device (``torch.dipu.Stream(device=None, priority=0)``)."""
+_DIPU = int(torch._C._autograd.DeviceType.PrivateUse1)
+_STREAM_IDS = itertools.count(1)  # 0 is no stream's: every Stream object has its own id
 
-    def __init__(self, device: torch.device | str | int | None = None, priority: int = 0) -> None:
-        self.device_index = _index(device)
+
+class Stream(torch.Stream):
+    """A queue of work on one dipu device (``torch.dipu.Stream(device=None, priority=0)``).
+
+    A ``torch.Stream`` (as ``torch.cuda.Stream`` is), so PyTorch's functions that take a stream accept it
+    (``Tensor.record_stream``); its id, device index and device type are fixed when it is made, with no device guard.
+    ``Stream(stream_id=..., device_index=..., device_type=...)`` names an existing stream.
+    """
+
+    def __new__(cls, device: torch.device | str | int | None = None, priority: int = 0, *,
+                stream_id: int | None = None, device_index: int | None = None,
+                device_type: int | None = None) -> Stream:
+        if stream_id is None or device_index is None:
+            stream_id, device_index = next(_STREAM_IDS), _index(device)
+        elif device_type not in (None, _DIPU):
+            raise ValueError(f"torch.dipu.Stream: device_type {device_type} is not dipu's ({_DIPU})")
+        return super().__new__(cls, stream_id=stream_id, device_index=device_index, device_type=_DIPU)
+
+    def __init__(self, device: torch.device | str | int | None = None, priority: int = 0, **_ids: int | None) -> None:
         self.priority = priority
+        self._entered: list[Stream] = []
 
     @property
     def device(self) -> torch.device:
@@ -50,7 +69,7 @@ class Stream:
         if event._device_index is not None:
             _wait(event._device_index)
 
-    def wait_stream(self, stream: Stream) -> None:
+    def wait_stream(self, stream: torch.Stream) -> None:
         """Make later work on this stream wait for the work queued on ``stream`` (device-side)."""
         _wait(stream.device_index)
 
@@ -59,10 +78,26 @@ class Stream:
         event.record(self)
         return event
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other is self
+    def __enter__(self) -> Stream:
+        """``with s:`` makes ``s`` the current stream of its device inside the block."""
+        self._entered.append(current_stream(self.device_index))
+        set_stream(self)
+        return self
 
-    __hash__ = object.__hash__
+    def __exit__(self, *exc: object) -> None:
+        set_stream(self._entered.pop())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, torch.Stream):
+            return False
+        return (other.stream_id, other.device_index, other.device_type) == (
+            self.stream_id, self.device_index, self.device_type)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((self.stream_id, self.device_index, self.device_type))
 
     def __repr__(self) -> str:
         return f"<torch.dipu.Stream device=dipu:{self.device_index} priority={self.priority} at {id(self):#x}>"

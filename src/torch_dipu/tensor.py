@@ -111,6 +111,13 @@ class DipuTensor(torch.Tensor):
         """The address of the first element in the vendor's storage (0 is what PyTorch would answer)."""
         return self._raw.data_ptr()
 
+    def record_stream(self, stream: torch.Stream) -> None:
+        """Mark the tensor as used by ``stream`` (a ``torch.Stream`` of its device: ``torch.dipu.Stream``)."""
+        if not isinstance(stream, torch.Stream):
+            raise TypeError(f"record_stream(): argument 'stream' must be a torch.Stream such as torch.dipu.Stream, "
+                            f"not {type(stream).__name__}")
+        super().record_stream(stream)
+
     def tolist(self) -> Any:
         return self.cpu().tolist()
 

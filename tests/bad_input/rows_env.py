@@ -335,4 +335,6 @@ ROWS: list[Row] = [
     call("dicp-ort-spin", {"DICP_ORT_SPIN": "fast"}, dicp_config, r"DICP_ORT_SPIN='fast' is not a boolean"),
     call("dlinfer-kernels", {"DLINFER_KERNELS": "fastest"}, dlinfer_config,
          r"DLINFER_KERNELS='fastest': expected one of vendor, reference"),
+    call("dlinfer-linear-layout", {"DLINFER_LINEAR_USE_NN_LAYOUT": "yes"}, dlinfer_config,
+         r"DLINFER_LINEAR_USE_NN_LAYOUT='yes': expected 0 or 1"),
 ]

@@ -162,3 +162,30 @@ def test_op_tools_call_sites_are_the_users_lines_not_the_mapping(tmp_path) -> No
     for line, mark in zip(lines, ("site-cuda", "site-zeros", "site-to"), strict=True):
         assert f"{script}:" in line and mark in line, line
         assert "ditorch" not in line.split(" at ", 1)[1], line
+
+
+def test_record_stream_with_cuda_streams() -> None:
+    """LMDeploy's engine calls ``out.record_stream(torch.cuda.current_stream())``: torch.cuda.Stream is the device's
+    Stream, a torch.Stream, which PyTorch's argument parser accepts."""
+    check("""
+        x = torch.arange(8.0, device="cuda")
+        x.record_stream(torch.cuda.current_stream())
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            assert torch.cuda.current_stream() == s
+            y = x * 2
+            y.record_stream(torch.cuda.current_stream())
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        torch.cuda.current_stream().wait_stream(s)
+        x.record_stream(s)
+        done = torch.cuda.Event(); done.record(s); done.synchronize()
+        assert torch.equal(x.cpu(), torch.arange(8.0)) and torch.equal(y.cpu(), torch.arange(8.0) * 2)
+        try:
+            x.record_stream(0)
+        except TypeError as e:
+            assert "torch.Stream" in str(e), e
+        else:
+            raise AssertionError("record_stream(0) did not raise")
+        print("OK")
+    """)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -102,6 +103,44 @@ def test_dlinfer_kernels_reference_forces_the_reference_on_dipu(kernels_env):
         llm.rms_norm(x, w, 1e-6)
 
 
+@pytest.mark.parametrize("mode", ["grad", "no_grad", "inference_mode"])
+def test_dipu_tensors_reach_the_vendor_kernel_in_every_grad_mode(mode):
+    """The registry's kernel sits on PrivateUse1 too, so a dipu call reaches droplet's kernel even where the autograd
+    keys are skipped (inference_mode), instead of the reference on the host copies."""
+    pytest.importorskip("torch_dipu")
+    context = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}[mode]
+    x, w = torch.randn(4, 8).to("dipu"), torch.ones(8).to("dipu")
+    dlinfer.reset_counts()
+    with context():
+        out = llm.rms_norm(x, w, 1e-6)
+    assert dlinfer.kernel_counts() == {("rms_norm", "droplet"): 1}
+    assert out.device.type == "dipu"
+    assert all_passed(compare_outputs(out.cpu(), llm.rms_norm(x.cpu(), w.cpu(), 1e-6)))
+
+
+def test_compiled_dipu_call_under_inference_mode_is_one_node_and_reaches_the_vendor():
+    pytest.importorskip("torch_dipu")
+    graphs: list[torch.fx.Graph] = []
+
+    def recording(gm: torch.fx.GraphModule, example_inputs):
+        graphs.append(gm.graph)
+        return gm.forward
+
+    def step(h, w):
+        return llm.rms_norm(h * 2, w, 1e-6)
+
+    x, w = torch.randn(4, 8).to("dipu"), torch.ones(8).to("dipu")
+    torch._dynamo.reset()
+    dlinfer.reset_counts()
+    with torch.inference_mode():
+        out = torch.compile(step, backend=recording, fullgraph=True)(x, w)
+    torch._dynamo.reset()
+    targets = [str(n.target) for graph in graphs for n in graph.nodes if n.op == "call_function"]
+    assert sum("dlinfer.rms_norm" in t for t in targets) == 1, targets
+    assert dlinfer.kernel_counts() == {("rms_norm", "droplet"): 1}
+    assert all_passed(compare_outputs(out.cpu(), llm.rms_norm(x.cpu() * 2, w.cpu(), 1e-6)))
+
+
 def test_graph_mode_keeps_each_operator_one_node():
     graphs: list[torch.fx.Graph] = []
 
@@ -134,5 +173,5 @@ def test_every_operator_has_a_reference_kernel(kernels_env):
 
     kernels_env("reference")
     ops = defined_ops()
-    assert len(ops) == 16
+    assert len(ops) == 17
     assert all(registry.kernel(op, "cpu")[0] == "reference" for op in ops)

@@ -23,6 +23,44 @@ def test_streams_and_synchronize():
     assert torch.equal(y.cpu(), torch.full((3,), 2.0))
 
 
+def test_record_stream_takes_dipu_streams_and_leaves_the_values():
+    """``Tensor.record_stream`` accepts only a ``torch.Stream``: torch.dipu.Stream is one."""
+    s = torch.dipu.Stream()
+    assert isinstance(s, torch.Stream)
+    x = torch.arange(6.0).to("dipu")
+    for stream in (s, torch.dipu.current_stream(), torch.dipu.default_stream()):
+        x.record_stream(stream)
+    with torch.dipu.stream(s):
+        y = x * 2
+        y.record_stream(torch.dipu.current_stream())
+    assert torch.equal(x.cpu(), torch.arange(6.0)) and torch.equal(y.cpu(), torch.arange(6.0) * 2)
+
+
+@pytest.mark.parametrize("bad", [3, None, "dipu:0"])
+def test_record_stream_refuses_what_is_not_a_stream(bad):
+    with pytest.raises(TypeError, match=r"record_stream\(\): argument 'stream' must be a torch.Stream"):
+        torch.ones(2).to("dipu").record_stream(bad)
+
+
+def test_record_stream_refuses_another_devices_stream():
+    with pytest.raises(RuntimeError, match="not a stream of the dipu device"):
+        torch.ones(2).to("dipu").record_stream(torch.Stream(device="cpu"))
+
+
+def test_streams_are_distinct_and_context_managers():
+    a, b = torch.dipu.Stream(), torch.dipu.Stream(device="dipu:0", priority=-1)
+    assert a == a and a != b and len({a, b, a}) == 2 and a != "stream"
+    assert (a.device_index, b.priority, a.priority) == (0, -1, 0) and a.stream_id != b.stream_id
+    assert torch.dipu.Stream(stream_id=a.stream_id, device_index=0, device_type=a.device_type) == a
+    default = torch.dipu.current_stream()
+    with a:
+        assert torch.dipu.current_stream() is a
+        with b:
+            assert torch.dipu.current_stream() is b
+        assert torch.dipu.current_stream() is a
+    assert torch.dipu.current_stream() is default
+
+
 def test_event_timing_requires_record():
     e1, e2 = torch.dipu.Event(enable_timing=True), torch.dipu.Event(enable_timing=True)
     with pytest.raises(RuntimeError):

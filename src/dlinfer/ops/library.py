@@ -4,10 +4,13 @@
 kernel that asks :data:`dlinfer.registry.registry` for the kernel of the tensors' device:
 
 - ``CompositeExplicitAutograd``: every backend whose tensors reach the backend keys (cpu, cuda, ...);
-- ``AutogradPrivateUse1``: a Python device (torch_dipu's ``dipu``) wraps its tensors in a
-  ``__torch_dispatch__`` subclass, which would otherwise see the call first and run it on the CPU. The kernel is
-  registered one key earlier so the device's tensors reach the registry as they are. Under tracing (fake or
-  functional tensors) it steps below autograd, so the fake implementation answers and the op stays one node.
+- ``PrivateUse1``: the out-of-tree device's own key. A Python device (torch_dipu's ``dipu``) wraps its tensors in
+  a ``__torch_dispatch__`` subclass, which sees the call before the backend keys; torch_dipu runs an operator's
+  PrivateUse1 kernel with the device's tensors as they are (torch_dipu.device_kernels), so they reach the
+  registry as they are, with or without ``torch.inference_mode()``;
+- ``AutogradPrivateUse1``: with autograd on, the same kernel one key earlier, so the call records no autograd
+  node. Under tracing (fake or functional tensors) it steps below autograd, so the fake implementation answers
+  and the op stays one node.
 
 ``torch.compile`` captures each operator as a single graph node (the fake implementation gives its output
 metadata); a dispatch-level trace (``TorchDispatchMode``) sees every dlinfer operator that runs.
@@ -89,6 +92,7 @@ def define(name: str, schema: str, fake: Callable[..., Any]) -> torch._ops.OpOve
         return fake(*bind(args, kwargs))
 
     _LIB.impl(name, kernel, "CompositeExplicitAutograd")
+    _LIB.impl(name, kernel, "PrivateUse1")
     _LIB.impl(name, autograd_kernel, "AutogradPrivateUse1")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake_kernel, lib=_LIB)
     _DEFINED.append(name)

@@ -39,12 +39,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dlinfer.config import dlinfer_config
+from dlinfer.utils.type_annotation import MoeMetadata, unsupported_moe_fields
+
+from .call_forms import MISSING, accept_older_form, argument
 from .library import define
 
 __all__ = [
     "add_rms_norm",
     "add_rms_norm_w8a8",
     "apply_rotary_pos_emb",
+    "apply_rotary_pos_emb_interleaved",
     "dynamic_quant",
     "fill_kv_cache",
     "fused_moe",
@@ -84,11 +89,11 @@ _rotary = define(
     "(Tensor query, Tensor key, Tensor? cos, Tensor? sin, Tensor? position_ids, Tensor? cos_sin_cache)"
     " -> (Tensor, Tensor)",
     lambda q, k, cos, sin, pos, cache: (_like(q), _like(k)))
-_prefill_attention = define(
+_prefill_attention_op = define(
     "prefill_attention",
     "(Tensor query, Tensor key, Tensor value, Tensor q_start_loc, Tensor q_seq_len, int max_q_seq_len,"
     " int num_q_heads, int num_kv_heads, Tensor?[] attn_mask, float? softmax_scale=None,"
-    " float[]? alibi_slopes=None) -> Tensor",
+    " float[]? alibi_slopes=None, int? sliding_window=None, float? logit_softcapping=None) -> Tensor",
     lambda q, k, v, *rest: _attn_out(q, v.shape[-1]))
 _fill_kv_cache = define(
     "fill_kv_cache",
@@ -96,21 +101,26 @@ _fill_kv_cache = define(
     " Tensor(c!)? k_scale=None, Tensor(d!)? k_zero=None, Tensor(e!)? v_scale=None, Tensor(f!)? v_zero=None,"
     " int quant_bits=0) -> ()",
     lambda *args: None)
-_paged_decode_attention = define(
+_paged_decode_attention_op = define(
     "paged_decode_attention",
     "(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, int block_size, Tensor kv_seq_len,"
     " int max_kv_seq_len, int num_q_heads, int num_kv_heads, float? softmax_scale=None,"
     " float[]? alibi_slopes=None, Tensor? k_scale=None, Tensor? k_zero=None, Tensor? v_scale=None,"
-    " Tensor? v_zero=None, int quant_bits=0) -> Tensor",
+    " Tensor? v_zero=None, int quant_bits=0, int? sliding_window=None, float? logit_softcapping=None) -> Tensor",
     lambda q, kc, vc, *rest: _attn_out(q, vc.shape[-1]))
-_paged_prefill_attention = define(
+_paged_prefill_attention_op = define(
     "paged_prefill_attention",
     "(Tensor query, Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor block_table,"
     " int block_size, Tensor q_start_loc, Tensor q_seq_len, Tensor kv_seq_len, int max_q_seq_len,"
     " int num_q_heads, int num_kv_heads, Tensor?[] attn_mask, float? softmax_scale=None,"
     " float[]? alibi_slopes=None, Tensor? k_scale=None, Tensor? k_zero=None, Tensor? v_scale=None,"
-    " Tensor? v_zero=None, int quant_bits=0) -> Tensor",
+    " Tensor? v_zero=None, int quant_bits=0, int? max_kv_seq_len=None, int? sliding_window=None,"
+    " float? logit_softcapping=None) -> Tensor",
     lambda q, k, v, kc, vc, *rest: _attn_out(q, vc.shape[-1]))
+_rotary_interleaved = define(
+    "apply_rotary_pos_emb_interleaved",
+    "(Tensor x, Tensor cos, Tensor sin, bool return_native_layout=True) -> Tensor",
+    lambda x, cos, sin, native: _like(x))
 
 
 def _silu_and_mul_fake(x: Tensor, dim: int) -> Tensor:
@@ -167,6 +177,18 @@ def _int(value: Any) -> Any:
     return int(value)
 
 
+def _opt_int(value: Any) -> Any:
+    return None if value is None else _int(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _slopes(alibi_slopes: Sequence[float] | None) -> list[float] | None:
+    return None if alibi_slopes is None else [float(s) for s in alibi_slopes]
+
+
 def _into(out: Tensor, attn_output: Tensor | None) -> Tensor:
     if attn_output is None:
         return out
@@ -191,6 +213,35 @@ def _pair(value: Sequence[Tensor | None] | Tensor | None) -> tuple[Tensor | None
     return items[0], items[1]
 
 
+def _on(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device`` (LMDeploy hands lengths over as host tensors; the copy does not wait for the device)."""
+    return t if t.device == device else t.to(device, non_blocking=True)
+
+
+def _starts_and_lengths(q_end_loc: Tensor, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(q_start_loc, q_seq_len)`` on ``device`` from the cumulative query ends (``cu_seqlens_q[1:]``)."""
+    ends = q_end_loc.reshape(-1).to(torch.int64)
+    starts = torch.cat((ends.new_zeros(1), ends[:-1]))
+    return _on(starts, device), _on(ends - starts, device)
+
+
+def _starts(q_seq_len: Tensor) -> Tensor:
+    lengths = q_seq_len.to(torch.int64)
+    return lengths.cumsum(0) - lengths
+
+
+def _check_head_size_v(op: str, head_size_v: int | None, value_cache: Tensor | None) -> None:
+    if head_size_v is None or value_cache is None or int(head_size_v) == value_cache.shape[-1]:
+        return
+    raise ValueError(f"{op}: head_size_v={head_size_v} differs from value_cache's head dimension "
+                     f"{value_cache.shape[-1]} (a value head narrower than its cache row is not implemented)")
+
+
+def _require_tensor(op: str, name: str, value: Any) -> None:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{op}: {name} must be a tensor, got {type(value).__name__}")
+
+
 def rms_norm(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
     """RMS norm over the last dimension: ``x / sqrt(mean(x^2) + epsilon) * weight`` (computed in float32)."""
     return _rms_norm.default(hidden_states, weight, float(epsilon))
@@ -212,65 +263,200 @@ def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Te
     return _rotary.default(query, key, cos, sin, position_ids, cos_sin_cache)
 
 
-def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
-                      max_q_seq_len: int, num_q_heads: int, num_kv_heads: int,
-                      attn_mask: Sequence[Tensor | None] = (), softmax_scale: float | None = None,
-                      alibi_slopes: Sequence[float] | None = None, attn_output: Tensor | None = None) -> Tensor:
-    """Causal attention over token-packed sequences without a cache (grouped-query heads allowed);
-    ``(num_tokens, num_q_heads, head_dim)`` out."""
-    out = _prefill_attention.default(query, key, value, q_start_loc, q_seq_len, _int(max_q_seq_len), _int(num_q_heads),
-                             _int(num_kv_heads), list(attn_mask or ()), softmax_scale,
-                             None if alibi_slopes is None else [float(s) for s in alibi_slopes])
+def apply_rotary_pos_emb_interleaved(x: Tensor, cos: Tensor, sin: Tensor,
+                                     return_native_layout: bool = True) -> Tensor:
+    """Rotary embedding of adjacent pairs ``(x[2i], x[2i+1])`` (complex-number RoPE) of ``x`` ``(tokens, heads, 1,
+    head_dim)`` (LMDeploy packs query and key heads together); ``cos``/``sin`` ``(tokens, 1, 1, head_dim)`` with
+    each pair's value twice, or ``(..., head_dim // 2)`` one per pair. ``return_native_layout=True`` returns the
+    rotated pairs de-interleaved (all first elements, then all second elements); ``False`` keeps them adjacent."""
+    return _rotary_interleaved.default(x, cos, sin, bool(return_native_layout))
+
+
+def _prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor | None,
+                       value_cache: Tensor | None, q_seq_len: Tensor, kv_seq_len: Tensor, max_q_seq_len: int,
+                       num_q_heads: int, num_kv_heads: int, attn_mask: Sequence[Tensor | None] = (),
+                       softmax_scale: float | None = None, alibi_slopes: Sequence[float] | None = None,
+                       attn_output: Tensor | None = None, actual_seq_lengths_cpu: Tensor | None = None, *,
+                       sliding_window: int | None = None, logit_softcapping: float | None = None) -> Tensor:
+    """Causal self-attention over token-packed sequences, no cache read (the first prefill of every sequence):
+    ``query``/``key``/``value`` ``(num_tokens, heads, head_dim)``, ``q_seq_len`` tokens per sequence (``kv_seq_len``
+    equals it: the keys are the queries' own). ``key_cache``/``value_cache`` (may be None) are accepted for vendors
+    that read the cache; ``actual_seq_lengths_cpu`` (the cumulative query ends on the host) gives the start of
+    each sequence without a device computation. ``sliding_window``: keys within that many positions;
+    ``logit_softcapping``: ``cap * tanh(scores / cap)``. Returns ``(num_tokens, num_q_heads, head_dim_v)``,
+    written into ``attn_output`` when given."""
+    if actual_seq_lengths_cpu is not None:
+        q_start_loc, lengths = _starts_and_lengths(actual_seq_lengths_cpu, query.device)
+    else:
+        q_start_loc, lengths = _starts(q_seq_len), q_seq_len
+    return _legacy_prefill_attention(query, key, value, q_start_loc, lengths, max_q_seq_len, num_q_heads,
+                                     num_kv_heads, attn_mask, softmax_scale, alibi_slopes, attn_output,
+                                     sliding_window=sliding_window, logit_softcapping=logit_softcapping)
+
+
+def _legacy_prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
+                              max_q_seq_len: int, num_q_heads: int, num_kv_heads: int,
+                              attn_mask: Sequence[Tensor | None] = (), softmax_scale: float | None = None,
+                              alibi_slopes: Sequence[float] | None = None, attn_output: Tensor | None = None, *,
+                              sliding_window: int | None = None,
+                              logit_softcapping: float | None = None) -> Tensor:
+    op = "prefill_attention"
+    _require_tensor(op, "q_start_loc", q_start_loc)
+    _require_tensor(op, "q_seq_len", q_seq_len)
+    out = _prefill_attention_op.default(query, key, value, q_start_loc, q_seq_len, _int(max_q_seq_len),
+                                        _int(num_q_heads), _int(num_kv_heads), list(attn_mask or ()),
+                                        _opt_float(softmax_scale), _slopes(alibi_slopes), _opt_int(sliding_window),
+                                        _opt_float(logit_softcapping))
     return _into(out, attn_output)
+
+
+def _older_prefill(args: tuple, kwargs: dict[str, Any]) -> bool:
+    # LMDeploy 0.6: (query, key, value, q_start_loc, q_seq_len, max_q_seq_len: int, ...)
+    sixth = argument(args, kwargs, 5, "q_seq_len")
+    return "q_start_loc" in kwargs or (sixth is not MISSING and not isinstance(sixth, Tensor))
+
+
+prefill_attention = accept_older_form(_prefill_attention, _legacy_prefill_attention, "LMDeploy 0.6",
+                                      _older_prefill)
 
 
 def fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, kv_indices: Tensor,
                   k_scales_zeros: Sequence[Tensor | None] = (), v_scales_zeros: Sequence[Tensor | None] = (),
-                  quant_bits: int = 0) -> tuple[Tensor, Tensor]:
+                  quant_bits: int | None = 0) -> tuple[Tensor, Tensor]:
     """Write ``key``/``value`` ``(num_tokens, num_kv_heads, head_dim)`` into the caches at flat slots
-    ``kv_indices`` (in place); with ``quant_bits=8`` quantize them and write their scales and zeros too.
-    Returns ``(key_cache, value_cache)``."""
+    ``kv_indices`` ``(num_tokens,)`` (or ``(num_tokens, 1)``) in place; with ``quant_bits=8`` quantize them and
+    write their scales and zeros too. Returns ``(key_cache, value_cache)``."""
     k_scale, k_zero = _pair(k_scales_zeros)
     v_scale, v_zero = _pair(v_scales_zeros)
-    _fill_kv_cache.default(key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale,
-                                    v_zero, _int(quant_bits))
+    if kv_indices.dim() == 2 and kv_indices.shape[1] == 1:
+        kv_indices = kv_indices.reshape(-1)
+    _fill_kv_cache.default(key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale, v_zero,
+                           _int(quant_bits or 0))
     return key_cache, value_cache
 
 
-def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor,
-                           block_size: int, kv_seq_len: Tensor, max_kv_seq_len: int, num_q_heads: int,
-                           num_kv_heads: int, softmax_scale: float | None = None,
-                           alibi_slopes: Sequence[float] | None = None, attn_output: Tensor | None = None,
-                           kv_scales: Sequence[Tensor] | Tensor | None = None,
-                           kv_zeros: Sequence[Tensor] | Tensor | None = None, quant_bits: int = 0) -> Tensor:
-    """One decode step: query ``(batch, num_q_heads, head_dim)`` attends to the first ``kv_seq_len[b]`` cached
-    positions of its sequence."""
+def _paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor,
+                            block_size: int, q_end_loc: Tensor, kv_seq_len: Tensor, max_kv_seq_len: int,
+                            num_q_heads: int, num_kv_heads: int, head_size_v: int | None = None,
+                            softmax_scale: float | None = None, alibi_slopes: Sequence[float] | None = None,
+                            attn_output: Tensor | None = None, kv_scales: Sequence[Tensor] | Tensor | None = None,
+                            kv_zeros: Sequence[Tensor] | Tensor | None = None, quant_bits: int | None = 0, *,
+                            sliding_window: int | None = None, logit_softcapping: float | None = None) -> Tensor:
+    """One decode step: query ``(batch, num_q_heads, head_dim)``, one token per sequence (``q_end_loc``: the
+    cumulative query ends, ``1..batch``), attends to the first ``kv_seq_len[b]`` cached positions of its
+    sequence. ``q_end_loc``/``kv_seq_len`` may be host tensors (LMDeploy's ``*_cpu``)."""
+    op = "paged_decode_attention"
+    _require_tensor(op, "q_end_loc", q_end_loc)
+    if q_end_loc.numel() != query.shape[0] or kv_seq_len.numel() != query.shape[0]:
+        raise ValueError(f"{op}: query has {query.shape[0]} tokens for {q_end_loc.numel()} sequences "
+                         f"(q_end_loc) and {kv_seq_len.numel()} kv lengths: decoding several tokens per sequence "
+                         "is not implemented (use paged_prefill_attention)")
+    _check_head_size_v(op, head_size_v, value_cache)
+    return _legacy_paged_decode_attention(query, key_cache, value_cache, block_table, block_size,
+                                          _on(kv_seq_len, query.device), max_kv_seq_len, num_q_heads, num_kv_heads,
+                                          softmax_scale, alibi_slopes, attn_output, kv_scales, kv_zeros, quant_bits,
+                                          sliding_window=sliding_window, logit_softcapping=logit_softcapping)
+
+
+def _legacy_paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor,
+                                   block_size: int, kv_seq_len: Tensor, max_kv_seq_len: int, num_q_heads: int,
+                                   num_kv_heads: int, softmax_scale: float | None = None,
+                                   alibi_slopes: Sequence[float] | None = None, attn_output: Tensor | None = None,
+                                   kv_scales: Sequence[Tensor] | Tensor | None = None,
+                                   kv_zeros: Sequence[Tensor] | Tensor | None = None, quant_bits: int | None = 0, *,
+                                   sliding_window: int | None = None,
+                                   logit_softcapping: float | None = None) -> Tensor:
+    op = "paged_decode_attention"
+    _require_tensor(op, "kv_seq_len", kv_seq_len)
+    if isinstance(max_kv_seq_len, Tensor) and max_kv_seq_len.numel() != 1:
+        raise TypeError(f"{op}: max_kv_seq_len must be an int, got a tensor of shape {tuple(max_kv_seq_len.shape)}")
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_decode_attention.default(query, key_cache, value_cache, block_table, _int(block_size), kv_seq_len,
-                                  _int(max_kv_seq_len), _int(num_q_heads), _int(num_kv_heads), softmax_scale,
-                                  None if alibi_slopes is None else [float(s) for s in alibi_slopes],
-                                  k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0))
+    out = _paged_decode_attention_op.default(query, key_cache, value_cache, block_table, _int(block_size),
+                                             kv_seq_len, _int(max_kv_seq_len), _int(num_q_heads),
+                                             _int(num_kv_heads), _opt_float(softmax_scale), _slopes(alibi_slopes),
+                                             k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0),
+                                             _opt_int(sliding_window), _opt_float(logit_softcapping))
     return _into(out, attn_output)
 
 
-def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
-                            block_table: Tensor, block_size: int, q_start_loc: Tensor, q_seq_len: Tensor,
-                            kv_seq_len: Tensor, max_q_seq_len: int, num_q_heads: int, num_kv_heads: int,
-                            attn_mask: Sequence[Tensor | None] = (), softmax_scale: float | None = None,
-                            alibi_slopes: Sequence[float] | None = None, attn_output: Tensor | None = None,
-                            kv_scales: Sequence[Tensor] | Tensor | None = None,
-                            kv_zeros: Sequence[Tensor] | Tensor | None = None, quant_bits: int = 0) -> Tensor:
-    """Causal attention of token-packed new queries over the paged cache (already filled with their keys):
-    a prompt continued from cached tokens (prefix caching, chunked prefill)."""
+def _older_decode(args: tuple, kwargs: dict[str, Any]) -> bool:
+    # LMDeploy 0.6: (..., block_size, kv_seq_len, max_kv_seq_len: int, ...), no q_end_loc
+    seventh = argument(args, kwargs, 6, "kv_seq_len")
+    if seventh is not MISSING and not isinstance(seventh, Tensor):
+        return True
+    return argument(args, kwargs, 5, "q_end_loc") is MISSING and "kv_seq_len" in kwargs
+
+
+paged_decode_attention = accept_older_form(_paged_decode_attention, _legacy_paged_decode_attention, "LMDeploy 0.6",
+                                           _older_decode)
+
+
+def _paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
+                             block_table: Tensor, block_size: int, q_end_loc: Tensor, kv_seq_len: Tensor,
+                             max_q_seq_len: int, max_kv_seq_len: int, num_q_heads: int, num_kv_heads: int,
+                             attn_mask: Sequence[Tensor | None] = (), head_size_v: int | None = None,
+                             softmax_scale: float | None = None, alibi_slopes: Sequence[float] | None = None,
+                             attn_output: Tensor | None = None, kv_scales: Sequence[Tensor] | Tensor | None = None,
+                             kv_zeros: Sequence[Tensor] | Tensor | None = None, quant_bits: int | None = 0, *,
+                             sliding_window: int | None = None, logit_softcapping: float | None = None) -> Tensor:
+    """Causal attention of token-packed new queries over the paged cache (already filled with their keys): a
+    prompt continued from cached tokens (prefix caching, chunked prefill). ``q_end_loc``: cumulative query ends
+    (``cu_seqlens_q[1:]``); ``kv_seq_len``: cached + new tokens per sequence; both may be host tensors."""
+    op = "paged_prefill_attention"
+    _require_tensor(op, "q_end_loc", q_end_loc)
+    _require_tensor(op, "kv_seq_len", kv_seq_len)
+    _check_head_size_v(op, head_size_v, value_cache)
+    q_start_loc, q_seq_len = _starts_and_lengths(q_end_loc, query.device)
+    return _paged_prefill(query, key, value, key_cache, value_cache, block_table, block_size, q_start_loc,
+                          q_seq_len, _on(kv_seq_len, query.device), max_q_seq_len, num_q_heads, num_kv_heads,
+                          attn_mask, softmax_scale, alibi_slopes, attn_output, kv_scales, kv_zeros, quant_bits,
+                          _int(max_kv_seq_len), sliding_window, logit_softcapping)
+
+
+def _legacy_paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor,
+                                    value_cache: Tensor, block_table: Tensor, block_size: int, q_start_loc: Tensor,
+                                    q_seq_len: Tensor, kv_seq_len: Tensor, max_q_seq_len: int, num_q_heads: int,
+                                    num_kv_heads: int, attn_mask: Sequence[Tensor | None] = (),
+                                    softmax_scale: float | None = None, alibi_slopes: Sequence[float] | None = None,
+                                    attn_output: Tensor | None = None,
+                                    kv_scales: Sequence[Tensor] | Tensor | None = None,
+                                    kv_zeros: Sequence[Tensor] | Tensor | None = None, quant_bits: int | None = 0, *,
+                                    sliding_window: int | None = None,
+                                    logit_softcapping: float | None = None) -> Tensor:
+    op = "paged_prefill_attention"
+    for name, t in (("q_start_loc", q_start_loc), ("q_seq_len", q_seq_len), ("kv_seq_len", kv_seq_len)):
+        _require_tensor(op, name, t)
+    return _paged_prefill(query, key, value, key_cache, value_cache, block_table, block_size, q_start_loc,
+                          q_seq_len, kv_seq_len, max_q_seq_len, num_q_heads, num_kv_heads, attn_mask, softmax_scale,
+                          alibi_slopes, attn_output, kv_scales, kv_zeros, quant_bits, None, sliding_window,
+                          logit_softcapping)
+
+
+def _paged_prefill(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
+                   block_table: Tensor, block_size: int, q_start_loc: Tensor, q_seq_len: Tensor, kv_seq_len: Tensor,
+                   max_q_seq_len: int, num_q_heads: int, num_kv_heads: int, attn_mask: Sequence[Tensor | None],
+                   softmax_scale: float | None, alibi_slopes: Sequence[float] | None, attn_output: Tensor | None,
+                   kv_scales: Any, kv_zeros: Any, quant_bits: int | None, max_kv_seq_len: int | None,
+                   sliding_window: int | None, logit_softcapping: float | None) -> Tensor:
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_prefill_attention.default(query, key, value, key_cache, value_cache, block_table, _int(block_size),
-                                   q_start_loc, q_seq_len, kv_seq_len, _int(max_q_seq_len), _int(num_q_heads),
-                                   _int(num_kv_heads), list(attn_mask or ()), softmax_scale,
-                                   None if alibi_slopes is None else [float(s) for s in alibi_slopes],
-                                   k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0))
+    out = _paged_prefill_attention_op.default(
+        query, key, value, key_cache, value_cache, block_table, _int(block_size), q_start_loc, q_seq_len,
+        kv_seq_len, _int(max_q_seq_len), _int(num_q_heads), _int(num_kv_heads), list(attn_mask or ()),
+        _opt_float(softmax_scale), _slopes(alibi_slopes), k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0),
+        _opt_int(max_kv_seq_len), _opt_int(sliding_window), _opt_float(logit_softcapping))
     return _into(out, attn_output)
+
+
+def _older_paged_prefill(args: tuple, kwargs: dict[str, Any]) -> bool:
+    # LMDeploy 0.6: (..., block_size, q_start_loc, q_seq_len, kv_seq_len: Tensor, max_q_seq_len: int, ...)
+    tenth = argument(args, kwargs, 9, "max_q_seq_len")
+    return "q_start_loc" in kwargs or "q_seq_len" in kwargs or isinstance(tenth, Tensor)
+
+
+paged_prefill_attention = accept_older_form(_paged_prefill_attention, _legacy_paged_prefill_attention,
+                                            "LMDeploy 0.6", _older_paged_prefill)
 
 
 def silu_and_mul(input_tensor: Tensor, dim: int = -1) -> Tensor:
@@ -278,24 +464,58 @@ def silu_and_mul(input_tensor: Tensor, dim: int = -1) -> Tensor:
     return _silu_and_mul.default(input_tensor, _int(dim))
 
 
-def moe_gating_topk_softmax(router_logits: Tensor, topk: int, renormalize: bool = False) -> tuple[Tensor, Tensor]:
+def _check_moe_metadata(op: str, moe_metadata: Any) -> None:
+    if moe_metadata is None:
+        return
+    fields = unsupported_moe_fields(moe_metadata)
+    if fields:
+        raise NotImplementedError(f"{op}: moe_metadata asks for {', '.join(fields)}; dlinfer computes a whole MoE "
+                                  "layer on one device (no data/tensor/expert parallel MoE, no grouped routing)")
+
+
+def moe_gating_topk_softmax(router_logits: Tensor, topk: int, moe_metadata: MoeMetadata | None = None, *,
+                            renormalize: bool = False) -> tuple[Tensor, Tensor]:
     """Softmax over experts (float32), then the ``topk`` largest: ``(weights float32, expert ids int64)``, each
-    ``(..., topk)``; ``renormalize`` makes each token's weights sum to 1."""
+    ``(..., topk)``. The weights are not renormalised (LMDeploy renormalises in ``fused_moe``); ``renormalize=True``
+    (keyword, or a bool in ``moe_metadata``'s place as LMDeploy 0.7 passed it) makes each token's weights sum
+    to 1. ``moe_metadata`` (:class:`dlinfer.utils.type_annotation.MoeMetadata`) must describe one device."""
+    op = "moe_gating_topk_softmax"
+    if isinstance(moe_metadata, bool):
+        renormalize, moe_metadata = moe_metadata or renormalize, None
+    elif moe_metadata is not None and not hasattr(moe_metadata, "ep_size"):
+        raise TypeError(f"{op}: moe_metadata must be a dlinfer MoeMetadata (or None), got "
+                        f"{type(moe_metadata).__name__}")
+    _check_moe_metadata(op, moe_metadata)
     return _moe_gating.default(router_logits, _int(topk), bool(renormalize))
 
 
 def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor, topk_weights: Tensor,
-              topk_ids: Tensor, topk: int, renormalize: bool = False) -> Tensor:
+              topk_ids: Tensor, topk: int, renormalize: bool = False, moe_metadata: MoeMetadata | None = None,
+              chunked_moe_layout: Any = None) -> Tensor:
     """Mixture of experts on ``hidden_states`` ``(num_tokens, hidden)``: ``gate_up_weights`` ``(num_experts,
     2 * intermediate, hidden)`` (gate rows first), ``down_weights`` ``(num_experts, hidden, intermediate)``;
-    ``sum_k topk_weights[:, k] * down_e(silu(gate_e x) * up_e x)`` with ``e = topk_ids[:, k]``."""
+    ``sum_k topk_weights[:, k] * down_e(silu(gate_e x) * up_e x)`` with ``e = topk_ids[:, k]`` (the weights
+    renormalised first when ``renormalize``). ``moe_metadata`` must describe one device; a chunked expert layout
+    (Ascend's) is not implemented."""
+    op = "fused_moe"
+    _check_moe_metadata(op, moe_metadata)
+    if chunked_moe_layout is not None:
+        raise NotImplementedError(f"{op}: chunked_moe_layout ({type(chunked_moe_layout).__name__}) is not "
+                                  "implemented: dlinfer's experts are stored one per row")
     return _fused_moe.default(hidden_states, gate_up_weights, down_weights, topk_weights, topk_ids, _int(topk),
-                      bool(renormalize))
+                              bool(renormalize))
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, all_reduce: bool = False) -> Tensor:
-    """``x @ weight.T + bias``; ``all_reduce`` sums the result over the default process group (tensor
-    parallelism)."""
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, all_reduce: bool = False,
+           group: str | None = "") -> Tensor:
+    """``x @ weight.T + bias`` (``weight`` ``(out, in)``; ``(in, out)`` under ``DLINFER_LINEAR_USE_NN_LAYOUT=1``,
+    as LMDeploy stores it then); ``all_reduce`` sums the result over the process group named ``group`` (``""``:
+    the default group) for tensor parallelism."""
+    if dlinfer_config().linear_nn_layout:
+        weight = weight.t()
+    if all_reduce and group:
+        raise NotImplementedError(f"linear: all_reduce over the process group {group!r} is not implemented (only "
+                                  "the default group, group='')")
     return _linear.default(x, weight, bias, bool(all_reduce))
 
 

@@ -3,8 +3,10 @@
 Sequences are padded into one batch (no per-token Python loops) and computed in eager attention's order, as HF's
 ``eager_attention_forward``: ``(q @ k^T) * scale`` in the input dtype, masked, softmax in float32, back to the
 input dtype, ``@ v``. Grouped-query heads: query head ``h`` reads kv head ``h // (num_q_heads // num_kv_heads)``.
-``alibi_slopes`` (one per query head) add ``slope * (key_pos - query_pos)`` to the scores before masking.
-Decode without ALiBi is one ``scaled_dot_product_attention`` call over the gathered blocks (the decode hot path).
+``alibi_slopes`` (one per query head) add ``slope * (key_pos - query_pos)`` to the scores before masking;
+``logit_softcapping`` (Gemma-2) caps the scaled scores as ``cap * tanh(scores / cap)`` first. ``sliding_window``
+``w`` lets a query at position ``p`` see only keys at ``p - w < k <= p`` (transformers' rule). Decode without
+ALiBi or softcapping is one ``scaled_dot_product_attention`` call over the gathered blocks (the decode hot path).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ __all__ = ["check_paged_decode", "check_paged_prefill", "check_prefill", "paged_
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float | None,
-            alibi: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+            alibi: Tensor | None, q_pos: Tensor, k_pos: Tensor, softcap: float | None = None) -> Tensor:
     """q ``(B, L, Hq, D)``, k/v ``(B, S, Hkv, D)``, allowed ``(B, [H,] L, S)`` bool; ``q_pos (B, L)``, ``k_pos
     (S,)`` positions for alibi. Returns ``(B, L, Hq, Dv)``."""
     batch, length, hq, dim = q.shape
@@ -35,6 +37,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float | Non
     kh = k.transpose(1, 2)[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, hq, -1, dim)
     vh = v.transpose(1, 2)[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, hq, -1, v.shape[-1])
     scores = torch.matmul(qh, kh.transpose(2, 3)) * (1.0 / math.sqrt(dim) if scale is None else scale)
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
     scores = scores.to(torch.float32)
     if alibi is not None:
         rel = (k_pos.view(1, 1, -1) - q_pos.unsqueeze(-1)).to(torch.float32)  # (B, L, S)
@@ -67,6 +71,18 @@ def _token_layout(q_start_loc: Tensor, q_seq_len: Tensor, num_tokens: int,
     valid = ar.unsqueeze(0) < lens.unsqueeze(1)
     gather = (starts.unsqueeze(1) + ar.unsqueeze(0)).clamp(0, max(num_tokens - 1, 0))
     return seq, index, gather, valid
+
+
+def _window(allowed: Tensor, q_pos: Tensor, k_pos: Tensor, window: int | None) -> Tensor:
+    """``allowed`` ``(B, L, S)`` with the keys more than ``window - 1`` positions behind each query removed;
+    ``q_pos`` ``(B, L)`` or ``(L,)``, ``k_pos`` ``(S,)``."""
+    if window is None:
+        return allowed
+    if window <= 0:
+        raise ValueError(f"sliding_window={window} must be a positive number of positions")
+    if q_pos.dim() == 1:
+        q_pos = q_pos.unsqueeze(0)
+    return allowed & (k_pos.view(1, 1, -1) > q_pos.unsqueeze(-1) - window)
 
 
 def _user_masks(op: str, masks: Sequence[Tensor | None], default: Tensor) -> Tensor:
@@ -152,7 +168,8 @@ def _check_table(op: str, key_cache: Tensor, block_table: Tensor, block_size: in
 @reference("prefill_attention")
 def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
                       max_q_seq_len: int, num_q_heads: int, num_kv_heads: int, attn_mask: list[Tensor | None],
-                      softmax_scale: float | None, alibi_slopes: list[float] | None) -> Tensor:
+                      softmax_scale: float | None, alibi_slopes: list[float] | None,
+                      sliding_window: int | None = None, logit_softcapping: float | None = None) -> Tensor:
     """Causal attention of every packed sequence over its own keys."""
     op = "prefill_attention"
     check_prefill(query, key, value, q_start_loc, q_seq_len, num_q_heads, num_kv_heads)
@@ -160,11 +177,12 @@ def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Te
     seq, index, gather, valid = _token_layout(q_start_loc, q_seq_len, num_tokens, max_q_seq_len)
     pos = torch.arange(max_q_seq_len, device=query.device)
     allowed = (pos.view(1, -1) <= pos.view(-1, 1)).unsqueeze(0) & valid.unsqueeze(1)    # (B, L, S)
+    allowed = _window(allowed, pos, pos, sliding_window)
     if attn_mask:
         allowed = _user_masks(op, attn_mask, allowed)
     alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
     out = _attend(query[gather], key[gather], value[gather], allowed, softmax_scale, alibi,
-                  pos.unsqueeze(0).expand(gather.shape[0], -1), pos)
+                  pos.unsqueeze(0).expand(gather.shape[0], -1), pos, logit_softcapping)
     return out[seq, index]
 
 
@@ -199,7 +217,8 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
                            block_size: int, kv_seq_len: Tensor, max_kv_seq_len: int, num_q_heads: int,
                            num_kv_heads: int, softmax_scale: float | None, alibi_slopes: list[float] | None,
                            k_scale: Tensor | None, k_zero: Tensor | None, v_scale: Tensor | None,
-                           v_zero: Tensor | None, quant_bits: int) -> Tensor:
+                           v_zero: Tensor | None, quant_bits: int, sliding_window: int | None = None,
+                           logit_softcapping: float | None = None) -> Tensor:
     """One query per sequence over its first ``kv_seq_len[b]`` cached positions."""
     op = "paged_decode_attention"
     check_paged_decode(query, key_cache, block_table, block_size, kv_seq_len, max_kv_seq_len, num_q_heads,
@@ -209,15 +228,17 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
                         (k_scale, k_zero, v_scale, v_zero), query.dtype, op)
     k_pos = torch.arange(max_kv_seq_len, device=query.device)
     allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1)).unsqueeze(1)        # (B, 1, S)
-    if alibi_slopes is None:
+    q_pos = (kv_seq_len.long() - 1).unsqueeze(1)
+    allowed = _window(allowed, q_pos, k_pos, sliding_window)
+    if alibi_slopes is None and not logit_softcapping:
         # the decode hot path: one fused attention call (the decode step's cost is mostly per-op overhead)
         out = F.scaled_dot_product_attention(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
                                              attn_mask=allowed.unsqueeze(1), scale=softmax_scale,
                                              enable_gqa=num_q_heads != num_kv_heads)
         return out.squeeze(2)
     alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
-    q_pos = (kv_seq_len.long() - 1).unsqueeze(1)
-    return _attend(query.unsqueeze(1), k, v, allowed, softmax_scale, alibi, q_pos, k_pos).squeeze(1)
+    return _attend(query.unsqueeze(1), k, v, allowed, softmax_scale, alibi, q_pos, k_pos,
+                   logit_softcapping).squeeze(1)
 
 
 @reference("paged_prefill_attention")
@@ -226,14 +247,19 @@ def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache
                             kv_seq_len: Tensor, max_q_seq_len: int, num_q_heads: int, num_kv_heads: int,
                             attn_mask: list[Tensor | None], softmax_scale: float | None,
                             alibi_slopes: list[float] | None, k_scale: Tensor | None, k_zero: Tensor | None,
-                            v_scale: Tensor | None, v_zero: Tensor | None, quant_bits: int) -> Tensor:
+                            v_scale: Tensor | None, v_zero: Tensor | None, quant_bits: int,
+                            max_kv_seq_len: int | None = None, sliding_window: int | None = None,
+                            logit_softcapping: float | None = None) -> Tensor:
     """Causal attention of packed new queries over the cache (which already holds their keys): query ``i`` of a
-    sequence with ``q`` new and ``kv`` total tokens sits at position ``kv - q + i``."""
+    sequence with ``q`` new and ``kv`` total tokens sits at position ``kv - q + i``. ``max_kv_seq_len`` (when
+    given) spares the host sync that finds the longest sequence."""
     op = "paged_prefill_attention"
     check_paged_prefill(query, key_cache, block_table, block_size, q_start_loc, q_seq_len, kv_seq_len, num_q_heads,
                         num_kv_heads)
     quant = _quant_args(op, quant_bits, key_cache, k_scale, k_zero, v_scale, v_zero)
-    max_kv = int(kv_seq_len.max()) if kv_seq_len.numel() else 0  # the one host sync: the padded key length
+    if max_kv_seq_len is None or max_kv_seq_len < 0:
+        max_kv_seq_len = int(kv_seq_len.max()) if kv_seq_len.numel() else 0  # a host sync: the padded key length
+    max_kv = max_kv_seq_len
     _check_table(op, key_cache, block_table, block_size, max_kv)
     k, v = _gather_pair(key_cache, value_cache, block_table, block_size, max_kv, quant,
                         (k_scale, k_zero, v_scale, v_zero), query.dtype, op)
@@ -243,9 +269,9 @@ def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache
     q_pos = (kv_len - q_seq_len.long()).unsqueeze(1) + torch.arange(max_q_seq_len, device=query.device)
     k_pos = torch.arange(max_kv, device=query.device)
     allowed = (k_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)) & (k_pos.view(1, 1, -1) < kv_len.view(-1, 1, 1))
-    allowed = allowed & valid.unsqueeze(-1)
+    allowed = _window(allowed & valid.unsqueeze(-1), q_pos, k_pos, sliding_window)
     if attn_mask:
         allowed = _user_masks(op, attn_mask, allowed)
     alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
-    out = _attend(query[gather], k, v, allowed, softmax_scale, alibi, q_pos, k_pos)
+    out = _attend(query[gather], k, v, allowed, softmax_scale, alibi, q_pos, k_pos, logit_softcapping)
     return out[seq, index]

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from ._table import reference
 
-__all__ = ["apply_rotary_pos_emb"]
+__all__ = ["apply_rotary_pos_emb", "apply_rotary_pos_emb_interleaved"]
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -51,3 +51,35 @@ def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Te
     cos_q, sin_q = _per_head(cos, query).to(query.dtype), _per_head(sin, query).to(query.dtype)
     cos_k, sin_k = _per_head(cos, key).to(key.dtype), _per_head(sin, key).to(key.dtype)
     return _rotate(query, cos_q, sin_q), _rotate(key, cos_k, sin_k)
+
+
+def _pair_angles(t: Tensor, dim: int) -> Tensor:
+    """``cos``/``sin`` ``(..., dim)`` with each pair's value repeated (``c0, c0, c1, c1, ...``) or ``(..., dim //
+    2)`` with one value per pair -> one value per pair ``(..., dim // 2)``."""
+    if t.shape[-1] == dim // 2:
+        return t
+    if t.shape[-1] != dim:
+        raise ValueError(f"apply_rotary_pos_emb_interleaved: cos/sin last dimension {t.shape[-1]} must be the head "
+                         f"dimension {dim} (each pair's value twice) or {dim // 2} (one per pair)")
+    return t[..., 0::2]
+
+
+@reference("apply_rotary_pos_emb_interleaved")
+def apply_rotary_pos_emb_interleaved(x: Tensor, cos: Tensor, sin: Tensor, return_native_layout: bool) -> Tensor:
+    """Rotate adjacent pairs ``(x[2i], x[2i+1])`` of ``x`` ``(tokens, heads, 1, dim)`` by the angle of pair ``i``
+    (``cos``/``sin`` broadcast over the heads). ``return_native_layout`` gives the rotated pairs de-interleaved
+    (first halves ``x'[2i]`` then second halves ``x'[2i+1]``, the half-split layout); otherwise the pairs stay
+    adjacent, as in ``x``."""
+    dim = x.shape[-1]
+    if dim % 2:
+        raise ValueError(f"apply_rotary_pos_emb_interleaved: head dimension {dim} must be even")
+    c, s = _pair_angles(cos, dim).to(torch.float32), _pair_angles(sin, dim).to(torch.float32)
+    xf = x.to(torch.float32)
+    even, odd = xf[..., 0::2], xf[..., 1::2]
+    first = even * c - odd * s
+    second = odd * c + even * s
+    if return_native_layout:
+        out = torch.cat((first, second), dim=-1)
+    else:
+        out = torch.stack((first, second), dim=-1).flatten(-2)
+    return out.to(x.dtype)

@@ -86,11 +86,13 @@ def _scale(softmax_scale: float | None, head_dim: int) -> float:
 
 def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
                       max_q_seq_len: int, num_q_heads: int, num_kv_heads: int, attn_mask: list[Tensor | None],
-                      softmax_scale: float | None, alibi_slopes: list[float] | None) -> Tensor:
+                      softmax_scale: float | None, alibi_slopes: list[float] | None, sliding_window: int | None,
+                      logit_softcapping: float | None) -> Tensor:
     """``diopi::flash_attention_varlen`` (causal) over the packed sequences."""
-    if any(m is not None for m in attn_mask) or alibi_slopes is not None:
+    if any(m is not None for m in attn_mask) or alibi_slopes is not None or sliding_window or logit_softcapping:
         return attention.prefill_attention(query, key, value, q_start_loc, q_seq_len, max_q_seq_len, num_q_heads,
-                                           num_kv_heads, attn_mask, softmax_scale, alibi_slopes)
+                                           num_kv_heads, attn_mask, softmax_scale, alibi_slopes, sliding_window,
+                                           logit_softcapping)
     attention.check_prefill(query, key, value, q_start_loc, q_seq_len, num_q_heads, num_kv_heads)
     cu = _cumulative(q_seq_len)
     out, _ = torch.ops.diopi.flash_attention_varlen(query, key, value, cu, cu, max_q_seq_len, max_q_seq_len,
@@ -116,12 +118,14 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
                            block_size: int, kv_seq_len: Tensor, max_kv_seq_len: int, num_q_heads: int,
                            num_kv_heads: int, softmax_scale: float | None, alibi_slopes: list[float] | None,
                            k_scale: Tensor | None, k_zero: Tensor | None, v_scale: Tensor | None,
-                           v_zero: Tensor | None, quant_bits: int) -> Tensor:
-    """``diopi::paged_attention_decode``; alibi and the int8 cache: the reference."""
-    if alibi_slopes is not None or quant_bits:
+                           v_zero: Tensor | None, quant_bits: int, sliding_window: int | None,
+                           logit_softcapping: float | None) -> Tensor:
+    """``diopi::paged_attention_decode``; alibi, a window, softcapping and the int8 cache: the reference."""
+    if alibi_slopes is not None or quant_bits or sliding_window or logit_softcapping:
         return attention.paged_decode_attention(query, key_cache, value_cache, block_table, block_size, kv_seq_len,
                                                 max_kv_seq_len, num_q_heads, num_kv_heads, softmax_scale,
-                                                alibi_slopes, k_scale, k_zero, v_scale, v_zero, quant_bits)
+                                                alibi_slopes, k_scale, k_zero, v_scale, v_zero, quant_bits,
+                                                sliding_window, logit_softcapping)
     attention.check_paged_decode(query, key_cache, block_table, block_size, kv_seq_len, max_kv_seq_len,
                                  num_q_heads, num_kv_heads)
     return torch.ops.diopi.paged_attention_decode(query, key_cache, value_cache, block_table, kv_seq_len,
@@ -133,17 +137,21 @@ def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache
                             kv_seq_len: Tensor, max_q_seq_len: int, num_q_heads: int, num_kv_heads: int,
                             attn_mask: list[Tensor | None], softmax_scale: float | None,
                             alibi_slopes: list[float] | None, k_scale: Tensor | None, k_zero: Tensor | None,
-                            v_scale: Tensor | None, v_zero: Tensor | None, quant_bits: int) -> Tensor:
+                            v_scale: Tensor | None, v_zero: Tensor | None, quant_bits: int,
+                            max_kv_seq_len: int | None, sliding_window: int | None,
+                            logit_softcapping: float | None) -> Tensor:
     """``diopi::flash_attention_varlen`` (causal, bottom-right aligned) over each sequence's cached keys."""
-    if any(m is not None for m in attn_mask) or alibi_slopes is not None or quant_bits:
+    if (any(m is not None for m in attn_mask) or alibi_slopes is not None or quant_bits or sliding_window
+            or logit_softcapping):
         return attention.paged_prefill_attention(query, key, value, key_cache, value_cache, block_table,
                                                  block_size, q_start_loc, q_seq_len, kv_seq_len, max_q_seq_len,
                                                  num_q_heads, num_kv_heads, attn_mask, softmax_scale, alibi_slopes,
-                                                 k_scale, k_zero, v_scale, v_zero, quant_bits)
+                                                 k_scale, k_zero, v_scale, v_zero, quant_bits, max_kv_seq_len,
+                                                 sliding_window, logit_softcapping)
     attention.check_paged_prefill(query, key_cache, block_table, block_size, q_start_loc, q_seq_len, kv_seq_len,
                                   num_q_heads, num_kv_heads)
     lengths = [int(n) for n in kv_seq_len.tolist()]
-    max_kv = max(lengths, default=0)
+    max_kv = max(lengths, default=0)  # the packing below needs each length on the host anyway
     keys = kv_cache.gather_kv(key_cache, block_table, block_size, max_kv)
     values = kv_cache.gather_kv(value_cache, block_table, block_size, max_kv)
     packed_k = torch.cat([keys[b, :n] for b, n in enumerate(lengths)])
