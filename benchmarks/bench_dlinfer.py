@@ -9,7 +9,8 @@ left-padded batch of two prompts (24 and 17 tokens) stock and with ``dlinfer.fra
 the time to the first new token (prompt tokens / second), decode the rest (new tokens after the first, all rows,
 / second). Per case (``<config>_prefill``, ``<config>_decode``): ``value`` = dlinfer tokens/s (median of the
 rounds), ``baseline`` = stock tokens/s (median), ``ratio`` = baseline / value, i.e. how many times slower dlinfer
-is (the target is <= 1.5). ``same_tokens`` says whether both generated the same ids in every round.
+is (the target is <= 1.0: at least as fast as stock). ``same_tokens`` says whether both generated the same ids in
+every round.
 ``DITORCH_DISABLE_MOCK=1`` is set unless given: importing ditorch.models imports ditorch, whose cuda mocking
 wraps ``Tensor.to`` in Python, a cost neither side needs on the CPU.
 """
@@ -38,7 +39,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dlinfer.json"
 FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral")
 PROMPT_LENGTHS = (24, 17)
 BLOCK_SIZE = 16
-TARGET_RATIO = 1.5
+TARGET_RATIO = 1.0
 
 
 def build(name: str) -> torch.nn.Module:

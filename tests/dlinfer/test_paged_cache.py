@@ -62,7 +62,11 @@ def test_context_packs_real_tokens_of_a_left_padded_prefill_then_decodes():
 def test_paged_cache_reports_the_padded_length_and_refuses_to_outgrow_max_seq_len():
     cache = _cache()
     assert cache.key_pools[0].shape == (8, 4, 2, 8) and len(cache.value_pools) == 2
+    cache.begin_forward()
     ctx = cache.prepare_step(5, torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]))
+    # while the forward runs, transformers sees the sizes before its step (a second mask kind asks again)
+    assert cache.get_seq_length() == 0 and cache.get_mask_sizes(5) == (5, 0) and cache.get_query_offset() == 0
+    cache.end_forward(check=False)
     assert cache.get_seq_length() == 5 and cache.get_mask_sizes(1) == (6, 0)
     assert ctx.kv_seq_len.tolist() == [5, 3] and cache.cached == [5, 3]
     long = _cache(max_seq_len=6)
@@ -71,8 +75,11 @@ def test_paged_cache_reports_the_padded_length_and_refuses_to_outgrow_max_seq_le
         long.prepare_step(2)
     with pytest.raises(ValueError, match=r"token mask of shape \(1, 5\), expected \(2, 5\)"):
         _cache().prepare_step(5, torch.ones(1, 5))
-    with pytest.raises(RuntimeError, match="written by the 'dlinfer' attention implementation only"):
-        cache.update(torch.zeros(1), torch.zeros(1), 0)
+    keys, values = torch.zeros(1, 2, 3, 8), torch.ones(1, 2, 3, 8)
+    assert cache.update(keys, values, 1) == (keys, values)  # a stock module's update: the dlinfer attention writes
+    assert cache.updated == {1} and cache.last_updated == 1
+    with pytest.raises(ValueError, match=r"layer\(s\) \[1\] called cache.update\(\) but not .* attention interface"):
+        cache.end_forward()
 
 
 def test_int8_cache_has_scale_and_zero_pools():

@@ -43,7 +43,7 @@ from dlinfer.config import dlinfer_config
 from dlinfer.utils.type_annotation import MoeMetadata, unsupported_moe_fields
 
 from .call_forms import MISSING, accept_older_form, argument
-from .library import define
+from .library import call, define
 
 __all__ = [
     "add_rms_norm",
@@ -213,9 +213,22 @@ def _pair(value: Sequence[Tensor | None] | Tensor | None) -> tuple[Tensor | None
     return items[0], items[1]
 
 
+#: recent host -> device copies of length tensors: (source, device, source version, copy); the layers of a step
+#: pass the same host tensors, so each is copied once per step, and the kernels' per-step memos see one tensor
+_COPIES: list[tuple[Tensor, torch.device, int, Tensor]] = []
+
+
 def _on(t: Tensor, device: torch.device) -> Tensor:
     """``t`` on ``device`` (LMDeploy hands lengths over as host tensors; the copy does not wait for the device)."""
-    return t if t.device == device else t.to(device, non_blocking=True)
+    if t.device == device:
+        return t
+    for src, dev, version, copy in _COPIES:
+        if src is t and dev == device and version == t._version:
+            return copy
+    copy = t.to(device, non_blocking=True)
+    _COPIES.insert(0, (t, device, t._version, copy))
+    del _COPIES[4:]
+    return copy
 
 
 def _starts_and_lengths(q_end_loc: Tensor, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -244,12 +257,12 @@ def _require_tensor(op: str, name: str, value: Any) -> None:
 
 def rms_norm(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
     """RMS norm over the last dimension: ``x / sqrt(mean(x^2) + epsilon) * weight`` (computed in float32)."""
-    return _rms_norm.default(hidden_states, weight, float(epsilon))
+    return call(_rms_norm, hidden_states, weight, float(epsilon))
 
 
 def add_rms_norm(hidden_states: Tensor, residual: Tensor, weight: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
     """``added = hidden_states + residual``; returns ``(rms_norm(added), added)``."""
-    return _add_rms_norm.default(hidden_states, residual, weight, float(epsilon))
+    return call(_add_rms_norm, hidden_states, residual, weight, float(epsilon))
 
 
 def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Tensor | None,
@@ -260,7 +273,7 @@ def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Te
     (broadcast over the head dimension; HF's duplicated-halves layout) or ``position_ids`` ``(...)`` with
     ``cos_sin_cache`` ``(max_position, rotary_dim)`` holding ``[cos_half | sin_half]``. ``rotary_dim <
     head_dim`` rotates the first ``rotary_dim`` features only (partial rotary)."""
-    return _rotary.default(query, key, cos, sin, position_ids, cos_sin_cache)
+    return call(_rotary, query, key, cos, sin, position_ids, cos_sin_cache)
 
 
 def apply_rotary_pos_emb_interleaved(x: Tensor, cos: Tensor, sin: Tensor,
@@ -269,7 +282,7 @@ def apply_rotary_pos_emb_interleaved(x: Tensor, cos: Tensor, sin: Tensor,
     head_dim)`` (LMDeploy packs query and key heads together); ``cos``/``sin`` ``(tokens, 1, 1, head_dim)`` with
     each pair's value twice, or ``(..., head_dim // 2)`` one per pair. ``return_native_layout=True`` returns the
     rotated pairs de-interleaved (all first elements, then all second elements); ``False`` keeps them adjacent."""
-    return _rotary_interleaved.default(x, cos, sin, bool(return_native_layout))
+    return call(_rotary_interleaved, x, cos, sin, bool(return_native_layout))
 
 
 def _prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor | None,
@@ -303,7 +316,7 @@ def _legacy_prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start
     op = "prefill_attention"
     _require_tensor(op, "q_start_loc", q_start_loc)
     _require_tensor(op, "q_seq_len", q_seq_len)
-    out = _prefill_attention_op.default(query, key, value, q_start_loc, q_seq_len, _int(max_q_seq_len),
+    out = call(_prefill_attention_op, query, key, value, q_start_loc, q_seq_len, _int(max_q_seq_len),
                                         _int(num_q_heads), _int(num_kv_heads), list(attn_mask or ()),
                                         _opt_float(softmax_scale), _slopes(alibi_slopes), _opt_int(sliding_window),
                                         _opt_float(logit_softcapping))
@@ -330,7 +343,7 @@ def fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Te
     v_scale, v_zero = _pair(v_scales_zeros)
     if kv_indices.dim() == 2 and kv_indices.shape[1] == 1:
         kv_indices = kv_indices.reshape(-1)
-    _fill_kv_cache.default(key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale, v_zero,
+    call(_fill_kv_cache, key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale, v_zero,
                            _int(quant_bits or 0))
     return key_cache, value_cache
 
@@ -372,7 +385,7 @@ def _legacy_paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache
         raise TypeError(f"{op}: max_kv_seq_len must be an int, got a tensor of shape {tuple(max_kv_seq_len.shape)}")
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_decode_attention_op.default(query, key_cache, value_cache, block_table, _int(block_size),
+    out = call(_paged_decode_attention_op, query, key_cache, value_cache, block_table, _int(block_size),
                                              kv_seq_len, _int(max_kv_seq_len), _int(num_q_heads),
                                              _int(num_kv_heads), _opt_float(softmax_scale), _slopes(alibi_slopes),
                                              k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0),
@@ -441,7 +454,7 @@ def _paged_prefill(query: Tensor, key: Tensor, value: Tensor, key_cache: Tensor,
                    sliding_window: int | None, logit_softcapping: float | None) -> Tensor:
     k_scale, v_scale = _pair(kv_scales)
     k_zero, v_zero = _pair(kv_zeros)
-    out = _paged_prefill_attention_op.default(
+    out = call(_paged_prefill_attention_op,
         query, key, value, key_cache, value_cache, block_table, _int(block_size), q_start_loc, q_seq_len,
         kv_seq_len, _int(max_q_seq_len), _int(num_q_heads), _int(num_kv_heads), list(attn_mask or ()),
         _opt_float(softmax_scale), _slopes(alibi_slopes), k_scale, k_zero, v_scale, v_zero, _int(quant_bits or 0),
@@ -461,7 +474,7 @@ paged_prefill_attention = accept_older_form(_paged_prefill_attention, _legacy_pa
 
 def silu_and_mul(input_tensor: Tensor, dim: int = -1) -> Tensor:
     """``silu(first half) * second half`` of ``input_tensor`` along ``dim``."""
-    return _silu_and_mul.default(input_tensor, _int(dim))
+    return call(_silu_and_mul, input_tensor, _int(dim))
 
 
 def _check_moe_metadata(op: str, moe_metadata: Any) -> None:
@@ -486,7 +499,7 @@ def moe_gating_topk_softmax(router_logits: Tensor, topk: int, moe_metadata: MoeM
         raise TypeError(f"{op}: moe_metadata must be a dlinfer MoeMetadata (or None), got "
                         f"{type(moe_metadata).__name__}")
     _check_moe_metadata(op, moe_metadata)
-    return _moe_gating.default(router_logits, _int(topk), bool(renormalize))
+    return call(_moe_gating, router_logits, _int(topk), bool(renormalize))
 
 
 def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor, topk_weights: Tensor,
@@ -502,7 +515,7 @@ def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tens
     if chunked_moe_layout is not None:
         raise NotImplementedError(f"{op}: chunked_moe_layout ({type(chunked_moe_layout).__name__}) is not "
                                   "implemented: dlinfer's experts are stored one per row")
-    return _fused_moe.default(hidden_states, gate_up_weights, down_weights, topk_weights, topk_ids, _int(topk),
+    return call(_fused_moe, hidden_states, gate_up_weights, down_weights, topk_weights, topk_ids, _int(topk),
                               bool(renormalize))
 
 
@@ -516,7 +529,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, all_reduce: bo
     if all_reduce and group:
         raise NotImplementedError(f"linear: all_reduce over the process group {group!r} is not implemented (only "
                                   "the default group, group='')")
-    return _linear.default(x, weight, bias, bool(all_reduce))
+    return call(_linear, x, weight, bias, bool(all_reduce))
 
 
 def dynamic_quant(x: Tensor, quant_dtype: torch.dtype = torch.int8,

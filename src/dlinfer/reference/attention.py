@@ -1,8 +1,10 @@
 """Reference attention kernels: prefill over token-packed sequences, and decode/prefill over the paged cache.
 
-Sequences are padded into one batch (no per-token Python loops) and computed in eager attention's order, as HF's
-``eager_attention_forward``: ``(q @ k^T) * scale`` in the input dtype, masked, softmax in float32, back to the
-input dtype, ``@ v``. Grouped-query heads: query head ``h`` reads kv head ``h // (num_q_heads // num_kv_heads)``.
+Sequences are padded into one batch (no per-token Python loops) and computed by one
+``scaled_dot_product_attention`` call with an additive mask; with ALiBi or soft-capping in eager attention's
+order, as HF's ``eager_attention_forward``: ``(q @ k^T) * scale`` in the input dtype, masked, softmax in float32,
+back to the input dtype, ``@ v``. Grouped-query heads: query head ``h`` reads kv head
+``h // (num_q_heads // num_kv_heads)``.
 ``alibi_slopes`` (one per query head) add ``slope * (key_pos - query_pos)`` to the scores before masking;
 ``logit_softcapping`` (Gemma-2) caps the scaled scores as ``cap * tanh(scores / cap)`` first. ``sliding_window``
 ``w`` lets a query at position ``p`` see only keys at ``p - w < k <= p`` (transformers' rule). Decode without
@@ -48,6 +50,16 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float | Non
     scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1).to(q.dtype)
     return torch.matmul(probs, vh).transpose(1, 2)                           # (B, L, Hq, Dv)
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float | None) -> Tensor:
+    """q ``(B, L, Hq, D)``, k/v ``(B, S, Hkv, D)``, allowed ``(B, L, S)``: one fused attention call (no ALiBi, no
+    soft-capping); a row with no allowed key (padding) comes out as garbage the caller drops."""
+    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         attn_mask=mask.unsqueeze(1), scale=scale,
+                                         enable_gqa=q.shape[2] != k.shape[2])
+    return out.transpose(1, 2)
 
 
 def _alibi(op: str, slopes: Sequence[float] | None, hq: int, device: torch.device) -> Tensor | None:
@@ -180,6 +192,8 @@ def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Te
     allowed = _window(allowed, pos, pos, sliding_window)
     if attn_mask:
         allowed = _user_masks(op, attn_mask, allowed)
+    if alibi_slopes is None and not logit_softcapping:
+        return _sdpa(query[gather], key[gather], value[gather], allowed, softmax_scale)[seq, index]
     alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
     out = _attend(query[gather], key[gather], value[gather], allowed, softmax_scale, alibi,
                   pos.unsqueeze(0).expand(gather.shape[0], -1), pos, logit_softcapping)
@@ -212,6 +226,35 @@ def _gather_pair(key_cache: Tensor, value_cache: Tensor, block_table: Tensor, bl
         raise ValueError(f"{op}: {exc}") from None
 
 
+#: the last decode step's layout: (block_table, kv_seq_len, block_size, length, their versions, blocks, mask)
+_LAYOUT: list[tuple] = []
+
+
+def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, length: int,
+                   dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``(flat block indices of every sequence's first length positions, additive key mask (B, 1, 1, S) in
+    dtype: 0 where a key is cached, -inf past the sequence's length)`` of a decode step; the layers of one step
+    pass the same tensors, so the layout is computed once per step (the memo holds the step's two small tensors
+    and checks they were not written since)."""
+    versions = (block_table._version, kv_seq_len._version)
+    if _LAYOUT:
+        table, lens, size, n, seen, blocks, mask = _LAYOUT[0]
+        if (table is block_table and lens is kv_seq_len and size == block_size and n == length and seen == versions
+                and mask.dtype == dtype):
+            return blocks, mask
+    num = -(-length // block_size)
+    if block_table.shape[1] < num:
+        raise ValueError(f"paged_decode_attention: block_table has {block_table.shape[1]} blocks per sequence, "
+                         f"fewer than the {num} that {length} positions of block_size {block_size} need")
+    blocks = block_table[:, :num].reshape(-1).long()
+    k_pos = torch.arange(length, device=kv_seq_len.device)
+    allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1))[:, None, None, :]
+    # the additive form SDPA would build from a boolean mask on every call
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+    _LAYOUT[:] = [(block_table, kv_seq_len, block_size, length, versions, blocks, mask)]
+    return blocks, mask
+
+
 @reference("paged_decode_attention")
 def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor,
                            block_size: int, kv_seq_len: Tensor, max_kv_seq_len: int, num_q_heads: int,
@@ -224,6 +267,17 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
     check_paged_decode(query, key_cache, block_table, block_size, kv_seq_len, max_kv_seq_len, num_q_heads,
                        num_kv_heads)
     quant = _quant_args(op, quant_bits, key_cache, k_scale, k_zero, v_scale, v_zero)
+    if not quant and alibi_slopes is None and not logit_softcapping and sliding_window is None:
+        # the decode hot path: the step's block indices and key mask are the same for every layer (memoised),
+        # one gather per cache, one fused attention call
+        blocks, mask = _decode_layout(block_table, kv_seq_len, block_size, max_kv_seq_len, query.dtype)
+        batch = query.shape[0]
+        k = key_cache.index_select(0, blocks).view(batch, -1, *key_cache.shape[2:])[:, :max_kv_seq_len]
+        v = value_cache.index_select(0, blocks).view(batch, -1, *value_cache.shape[2:])[:, :max_kv_seq_len]
+        out = F.scaled_dot_product_attention(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
+                                             attn_mask=mask, scale=softmax_scale,
+                                             enable_gqa=num_q_heads != num_kv_heads)
+        return out.squeeze(2)
     k, v = _gather_pair(key_cache, value_cache, block_table, block_size, max_kv_seq_len, quant,
                         (k_scale, k_zero, v_scale, v_zero), query.dtype, op)
     k_pos = torch.arange(max_kv_seq_len, device=query.device)
@@ -272,6 +326,8 @@ def paged_prefill_attention(query: Tensor, key: Tensor, value: Tensor, key_cache
     allowed = _window(allowed & valid.unsqueeze(-1), q_pos, k_pos, sliding_window)
     if attn_mask:
         allowed = _user_masks(op, attn_mask, allowed)
+    if alibi_slopes is None and not logit_softcapping:
+        return _sdpa(query[gather], k, v, allowed, softmax_scale)[seq, index]
     alibi = _alibi(op, alibi_slopes, num_q_heads, query.device)
     out = _attend(query[gather], k, v, allowed, softmax_scale, alibi, q_pos, k_pos, logit_softcapping)
     return out[seq, index]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F  # noqa: N812
 
 from ._table import reference
 
@@ -16,10 +17,10 @@ def _rms(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
         raise ValueError(f"rms_norm: weight {tuple(weight.shape)} does not match the last dimension of "
                          f"hidden_states {tuple(hidden_states.shape)}")
     dtype = hidden_states.dtype
-    x = hidden_states.to(torch.float32)
-    variance = x.pow(2).mean(-1, keepdim=True)
-    x = x * torch.rsqrt(variance + epsilon)
-    return (weight * x.to(dtype)).to(dtype)
+    x = hidden_states if dtype == torch.float32 else hidden_states.to(torch.float32)
+    normed = F.rms_norm(x, (x.shape[-1],), eps=epsilon)   # x * rsqrt(mean(x^2) + eps), one fused kernel
+    out = weight * (normed if dtype == torch.float32 else normed.to(dtype))
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 @reference("rms_norm")

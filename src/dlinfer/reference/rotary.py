@@ -33,6 +33,37 @@ def _per_head(t: Tensor, x: Tensor) -> Tensor:
     return t if t.dim() == x.dim() else t.unsqueeze(-2)
 
 
+#: the last step's broadcast cos and sign-folded sin: (cos, sin, their versions, dtype, rank, cos_b, sin_signed)
+_PREPARED: list[tuple] = []
+
+
+def _prepared(cos: Tensor, sin: Tensor, dtype: torch.dtype, rank: int) -> tuple[Tensor, Tensor]:
+    """``cos`` broadcast over the heads in ``dtype`` and ``sin`` with its first half negated (``rotate_half(x) *
+    sin == swap_halves(x) * sin_signed``); the layers of a step pass the same cos/sin, so once per step."""
+    versions = (cos._version, sin._version)
+    if _PREPARED:
+        c0, s0, seen, dt, rk, cos_b, sin_signed = _PREPARED[0]
+        if c0 is cos and s0 is sin and seen == versions and dt == dtype and rk == rank:
+            return cos_b, sin_signed
+    half = cos.shape[-1] // 2
+    cos_b = (cos if cos.dim() == rank else cos.unsqueeze(-2)).to(dtype)
+    sin_b = (sin if sin.dim() == rank else sin.unsqueeze(-2)).to(dtype)
+    sin_signed = torch.cat((-sin_b[..., :half], sin_b[..., half:]), dim=-1)
+    _PREPARED[:] = [(cos, sin, versions, dtype, rank, cos_b, sin_signed)]
+    return cos_b, sin_signed
+
+
+def _rotate_together(query: Tensor, key: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Full-width rotary of query and key in one pass over their heads side by side: ``x * cos +
+    swap_halves(x) * sin_signed`` (the products and the sum as HF computes them, so the results are the same)."""
+    cos_b, sin_signed = _prepared(cos, sin, query.dtype, query.dim())
+    half = query.shape[-1] // 2
+    both = torch.cat((query, key), dim=-2)
+    swapped = torch.cat((both[..., half:], both[..., :half]), dim=-1)
+    out = both * cos_b + swapped * sin_signed
+    return out.split((query.shape[-2], key.shape[-2]), dim=-2)
+
+
 @reference("apply_rotary_pos_emb")
 def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Tensor | None,
                          position_ids: Tensor | None, cos_sin_cache: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -48,6 +79,9 @@ def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Te
         sin = torch.cat((sin_half, sin_half), dim=-1)
     elif cos.shape != sin.shape:
         raise ValueError(f"apply_rotary_pos_emb: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} differ")
+    elif (cos.shape[-1] == query.shape[-1] == key.shape[-1] and query.dtype == key.dtype
+          and query.shape[:-2] == key.shape[:-2] and cos.shape[-1] % 2 == 0):
+        return _rotate_together(query, key, cos, sin)
     cos_q, sin_q = _per_head(cos, query).to(query.dtype), _per_head(sin, query).to(query.dtype)
     cos_k, sin_k = _per_head(cos, key).to(key.dtype), _per_head(sin, key).to(key.dtype)
     return _rotate(query, cos_q, sin_q), _rotate(key, cos_k, sin_k)

@@ -1,15 +1,22 @@
-"""The ``"dlinfer"`` attention implementation and its mask function.
+"""The ``"dlinfer"`` attention implementation: transformers' attention interface over the paged cache.
 
-The mask function is how the batch's padding reaches the cache: transformers calls it once per forward, before
-the decoder layers, with the 2-D attention mask; it builds the step's context (:meth:`PagedCache.prepare_step`)
-from the new tokens' columns of that mask and hands the context to every layer as ``attention_mask``. The
-attention function then packs the real tokens, writes them to the cache (``fill_kv_cache``) and runs
-``prefill_attention``, ``paged_prefill_attention`` (cached tokens before a multi-token step) or
-``paged_decode_attention``.
+Every attention module that calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`` reaches
+:func:`dlinfer_attention`, whether the adaptor replaced the module or not (a stock module first hands its new keys
+and values to ``PagedCache.update``, which gives them back unchanged). The function packs the real (non-padding)
+tokens, writes them to the layer's pools (``fill_kv_cache``) and runs ``prefill_attention``,
+``paged_prefill_attention`` (cached tokens before a multi-token step) or ``paged_decode_attention``.
+
+What it honours of what stock passes: ``scaling``, the sliding window (the mask kind's, see ``mask.py``; else the
+``sliding_window`` keyword or ``module.sliding_window``), ``softcap`` (tanh soft-capping of the scores), ``dropout``
+(0 in eval). What it refuses, one line naming the module: attention sinks (``s_aux``), a non-causal module
+(``is_causal=False``), a value head_dim other than the key's, keys that are not the step's new tokens, a 4-D mask
+built outside the mask interface, any other keyword with a value (it might change the result).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 from torch import Tensor, nn
@@ -20,43 +27,108 @@ from .compat import get_cache
 from .context import StepContext
 from .paged_cache import PagedCache
 
-__all__ = ["ATTENTION_NAME", "active_cache", "dlinfer_attention", "dlinfer_mask", "pop_cache", "push_cache",
-           "reset_active"]
+__all__ = ["ATTENTION_NAME", "active_cache", "dlinfer_attention", "pop_cache", "push_cache", "reset_active"]
 
 ATTENTION_NAME = "dlinfer"
-_ACTIVE: list[PagedCache] = []
+_ACTIVE: list[tuple[int, PagedCache]] = []  # (id of the module whose forward pushed it, cache), innermost last
+
+#: keywords stock passes that do not change the attention's result (generation bookkeeping, outputs requested)
+_IGNORED = frozenset({"cache", "past_key_values", "position_ids", "use_cache", "cache_position", "output_attentions",
+                      "output_hidden_states", "output_router_logits", "return_dict", "num_items_in_batch",
+                      "max_length_q", "max_length_k", "layer_idx", "sliding_window", "softcap", "s_aux",
+                      "is_causal", "position_embeddings", "logits_to_keep"})
 
 
-def push_cache(cache: PagedCache) -> None:
-    """Make ``cache`` the one the mask function prepares (a forward of an installed model begins)."""
+def push_cache(cache: PagedCache, owner: object = None) -> None:
+    """Make ``cache`` the one the mask and attention functions use (a forward of ``owner`` begins). An entry
+    ``owner`` left behind (its forward raised, so its exit hook did not run) is dropped."""
+    key = id(owner)
+    _ACTIVE[:] = [entry for entry in _ACTIVE if entry[0] != key]
     cache.begin_forward()
-    _ACTIVE.append(cache)
+    _ACTIVE.append((key, cache))
 
 
 def pop_cache(cache: PagedCache) -> None:
     """The forward that pushed ``cache`` ended."""
-    if _ACTIVE and _ACTIVE[-1] is cache:
+    if _ACTIVE and _ACTIVE[-1][1] is cache:
         _ACTIVE.pop()
 
 
 def active_cache() -> PagedCache | None:
     """The cache of the innermost running forward of an installed model, if any."""
-    return _ACTIVE[-1] if _ACTIVE else None
+    return _ACTIVE[-1][1] if _ACTIVE else None
 
 
-def dlinfer_mask(batch_size: int, q_length: int, kv_length: int, q_offset: Any = 0, kv_offset: int = 0,
-                 mask_function: Any = None, attention_mask: Tensor | None = None, **kwargs: Any) -> Any:
-    """transformers' mask interface: build the step's context from the 2-D padding mask (its last ``q_length``
-    columns are the new tokens) and return it; without an installed model's cache, return the mask as given."""
-    cache = active_cache()
-    if cache is None:
-        return attention_mask
-    token_mask = None
-    if attention_mask is not None:
-        if attention_mask.ndim != 2:
-            raise ValueError(f"dlinfer attention takes a 2-D padding mask, got shape {tuple(attention_mask.shape)}")
-        token_mask = attention_mask[:, -q_length:]
-    return cache.prepare_step(q_length, token_mask)
+def reset_active() -> None:
+    """Forget every pushed cache (after an error left some behind)."""
+    _ACTIVE.clear()
+
+
+@functools.cache
+def op_takes(op: str, keyword: str) -> bool:
+    """Whether ``dlinfer.ops.<op>`` takes ``keyword`` (the sliding window and soft-capping arrived later)."""
+    return keyword in inspect.signature(getattr(ops, op)).parameters
+
+
+def _check_keywords(name: str, module: nn.Module, dropout: float, kwargs: dict[str, Any]) -> None:
+    """One-line ``ValueError`` for what stock asks that the paged attention would silently not do."""
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(f"dlinfer attention: {name} passes attention sinks (s_aux), unsupported by the paged"
+                         " attention")
+    if kwargs.get("is_causal") is False or getattr(module, "is_causal", True) is False:
+        raise ValueError(f"dlinfer attention: {name}.is_causal is False (bidirectional attention), unsupported by the"
+                         " paged attention")
+    if dropout and module.training:
+        raise ValueError(f"dlinfer attention: {name} asks for dropout {dropout} (training mode); inference only")
+    for key, value in kwargs.items():
+        if key not in _IGNORED and value is not None:
+            raise ValueError(f"dlinfer attention: {name} passes {key}={type(value).__name__}, which the paged attention"
+                             " does not honour")
+
+
+def _context_and_window(attention_mask: Any, cache: PagedCache, q_len: int, name: str, module: nn.Module,
+                        kwargs: dict[str, Any]) -> tuple[StepContext, int | None]:
+    if isinstance(attention_mask, StepContext) and attention_mask.mask_judged:
+        if attention_mask.mask_problem:
+            raise ValueError(attention_mask.mask_problem)
+        return attention_mask, attention_mask.window
+    if isinstance(attention_mask, Tensor):
+        raise ValueError(f"dlinfer attention: {name} got a {attention_mask.ndim}-D tensor mask built outside"
+                         " transformers' mask interface; unsupported by the paged attention")
+    ctx = attention_mask if isinstance(attention_mask, StepContext) else cache.step_context(q_len)
+    window = kwargs.get("sliding_window")
+    return ctx, window if window is not None else getattr(module, "sliding_window", None)
+
+
+def _with_cache_window(name: str, ctx: StepContext, window: int | None, kept: int | None) -> int | None:
+    """The window stock's cache imposes on top of the mask's: a sliding cache layer keeps the last ``kept - 1``
+    tokens, so a decode step sees ``kept`` keys at most; a first prefill sees every prompt token (the mask
+    decides). A multi-token step after cached ones would see a truncated past: refused unless the mask's window
+    is the same."""
+    if kept is None or ctx.max_kv_seq_len <= kept or (window is not None and window <= kept):
+        return window
+    if ctx.is_decoding:
+        return kept
+    if ctx.has_past:
+        raise ValueError(f"dlinfer attention: {name} continues a prompt past a cache that keeps {kept - 1} tokens"
+                         " under a mask without that window; unsupported by the paged attention")
+    return window
+
+
+def _extras(op: str, name: str, window: int | None, softcap: float | None, ctx: StepContext) -> dict[str, Any]:
+    """The window and soft-capping keywords of ``op`` (only when they change the result)."""
+    extra: dict[str, Any] = {}
+    if window is not None and ctx.max_kv_seq_len > window:
+        if not op_takes(op, "sliding_window"):
+            raise ValueError(f"dlinfer attention: {name} needs a sliding window of {window}, which this"
+                             f" dlinfer.ops.{op} does not take")
+        extra["sliding_window"] = int(window)
+    if softcap is not None:
+        if not op_takes(op, "logit_softcapping"):
+            raise ValueError(f"dlinfer attention: {name} needs score soft-capping {softcap}, which this"
+                             f" dlinfer.ops.{op} does not take")
+        extra["logit_softcapping"] = float(softcap)
+    return extra
 
 
 def _packed(x: Tensor, ctx: StepContext) -> Tensor:
@@ -67,17 +139,41 @@ def _packed(x: Tensor, ctx: StepContext) -> Tensor:
 
 def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
                       scaling: float | None = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
-    """transformers' attention interface over :class:`PagedCache` (passed as ``cache``, or
-    ``past_key_values`` before transformers 5.24): returns ``((batch, q_len, num_q_heads, head_dim), None)``;
-    padding positions get zeros."""
+    """transformers' attention interface over :class:`PagedCache` (the ``cache`` keyword, or the running forward's
+    cache): returns ``((batch, q_len, num_q_heads, head_dim), None)``; padding positions get zeros."""
     cache = get_cache(kwargs)
+    if cache is None:
+        cache = active_cache()
     if not isinstance(cache, PagedCache):
         raise RuntimeError("dlinfer attention needs a PagedCache as the cache (install the model with"
                            " dlinfer.framework.transformers.install(model))")
+    name = type(module).__name__
+    _check_keywords(name, module, dropout, kwargs)
     batch, num_q_heads, q_len, head_dim = query.shape
     num_kv_heads = key.shape[1]
-    ctx = attention_mask if isinstance(attention_mask, StepContext) else cache.step_context(q_len)
-    key_cache, value_cache, quant = cache.layer_pools(module.layer_idx)
+    if key.shape[2] != q_len or value.shape[2] != q_len:
+        raise ValueError(f"dlinfer attention: {name} passes {key.shape[2]} keys for {q_len} new tokens (keys other"
+                         " than the step's own); unsupported by the paged cache")
+    if key.shape[-1] != head_dim or value.shape[-1] != head_dim:
+        raise ValueError(f"dlinfer attention: {name} has query/key/value head_dim {head_dim}/{key.shape[-1]}/"
+                         f"{value.shape[-1]}; the paged cache needs them equal")
+    layer = getattr(module, "layer_idx", None)
+    layer = layer if isinstance(layer, int) else cache.last_updated
+    if layer is None:
+        raise ValueError(f"dlinfer attention: {name} has no layer_idx and called no cache.update()")
+    if layer in cache.attended:
+        raise ValueError(f"dlinfer attention: {name} calls the attention function more than once for layer {layer}"
+                         " (one cache write per layer and step); unsupported by the paged cache")
+    handed = cache.updated_ids.get(layer)
+    if handed is not None and handed != (id(key), id(value)):
+        raise ValueError(f"dlinfer attention: {name} changes the keys/values cache.update() handed back before"
+                         " attending (the paged cache would hold other values than it attends to); unsupported")
+    ctx, window = _context_and_window(attention_mask, cache, q_len, name, module, kwargs)
+    window = _with_cache_window(name, ctx, window, cache.layer_windows.get(layer))
+    softcap = kwargs.get("softcap")
+    key_cache, value_cache, quant = cache.layer_pools(layer, num_kv_heads, head_dim)
+    cache.written.add(layer)
+    cache.attended.add(layer)
     bits = cache.kv_quant_bits
     q, k, v = _packed(query, ctx), _packed(key, ctx), _packed(value, ctx)
     if quant is None:
@@ -89,24 +185,22 @@ def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
                           v_scales_zeros=(v_scale, v_zero), quant_bits=bits)
         scales, zeros = (k_scale, v_scale), (k_zero, v_zero)
     if ctx.is_decoding:
-        out = ops.paged_decode_attention(q, key_cache, value_cache, ctx.block_table, cache.block_size,
+        extra = _extras("paged_decode_attention", name, window, softcap, ctx)
+        out = ops.paged_decode_attention(q, key_cache, value_cache, ctx.block_table, cache.block_size, ctx.q_end_loc,
                                          ctx.kv_seq_len, ctx.max_kv_seq_len, num_q_heads, num_kv_heads,
-                                         softmax_scale=scaling, kv_scales=scales, kv_zeros=zeros, quant_bits=bits)
+                                         softmax_scale=scaling, kv_scales=scales, kv_zeros=zeros, quant_bits=bits,
+                                         **extra)
     elif ctx.has_past:
+        extra = _extras("paged_prefill_attention", name, window, softcap, ctx)
         out = ops.paged_prefill_attention(q, k, v, key_cache, value_cache, ctx.block_table, cache.block_size,
-                                          ctx.q_start_loc, ctx.q_seq_len, ctx.kv_seq_len, ctx.max_q_seq_len,
+                                          ctx.q_end_loc, ctx.kv_seq_len, ctx.max_q_seq_len, ctx.max_kv_seq_len,
                                           num_q_heads, num_kv_heads, softmax_scale=scaling, kv_scales=scales,
-                                          kv_zeros=zeros, quant_bits=bits)
+                                          kv_zeros=zeros, quant_bits=bits, **extra)
     else:
-        out = ops.prefill_attention(q, k, v, ctx.q_start_loc, ctx.q_seq_len, ctx.max_q_seq_len, num_q_heads,
-                                    num_kv_heads, softmax_scale=scaling)
+        extra = _extras("prefill_attention", name, window, softcap, ctx)
+        out = ops.prefill_attention(q, k, v, key_cache, value_cache, ctx.q_seq_len, ctx.kv_seq_len,
+                                    ctx.max_q_seq_len, num_q_heads, num_kv_heads, softmax_scale=scaling, **extra)
     if ctx.token_index is not None:
         full = out.new_zeros((batch * q_len, num_q_heads, out.shape[-1]))
         out = full.index_copy(0, ctx.token_index, out)
     return out.reshape(batch, q_len, num_q_heads, -1), None
-
-
-def reset_active() -> None:
-    """Forget every pushed cache (after an error left some behind)."""
-    _ACTIVE.clear()
-

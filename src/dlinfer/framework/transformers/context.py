@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .block_manager import BlockManager
 
-__all__ = ["StepContext", "build_context"]
+__all__ = ["StepContext", "build_context", "decode_context"]
 
 
 @dataclass
@@ -18,12 +18,15 @@ class StepContext:
 
     ``token_index`` lists, for each packed (non-padding) new token, its flat index in the ``(batch * q_len)``
     grid of the forward's input; it is ``None`` when no new token is padding (the grid is the packed tensor).
+    ``window``/``mask_judged``: what the mask function found for one mask kind (mask.py); a context built by
+    :meth:`PagedCache.prepare_step` has not been judged, and the attention takes the module's declared window.
     """
 
     block_table: Tensor        # (batch, max_blocks_per_seq) int32
     kv_seq_len: Tensor         # (batch,) int32: cached + new tokens per sequence
     q_seq_len: Tensor          # (batch,) int32: new (non-padding) tokens per sequence
     q_start_loc: Tensor        # (batch,) int32: first packed token of each sequence
+    q_end_loc: Tensor          # (batch,) int32: one past the last packed token of each sequence (cumulative)
     kv_indices: Tensor         # (num_new_tokens,) int64: flat cache slot of each packed token
     token_index: Tensor | None  # (num_new_tokens,) int64, or None without padding
     max_q_seq_len: int
@@ -32,6 +35,9 @@ class StepContext:
     has_past: bool             # some sequence has cached tokens (paged prefill when not decoding)
     batch_size: int
     q_len: int                 # the forward's padded query length
+    window: int | None = None  # the sliding window the mask kind asks for this step (None: plain causal)
+    mask_judged: bool = False  # built by the mask function for one mask kind (window is that kind's)
+    mask_problem: str | None = None  # why that mask kind cannot run over the paged attention (raised if used)
 
 
 def build_context(manager: BlockManager, cached: list[int], valid: list[list[bool]],
@@ -59,7 +65,8 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
     has_past = any(c > 0 for c in cached)
     padded = len(flat) != batch * q_len
     # few host tensors, one copy each to the device (this runs every step)
-    small = torch.tensor([kv_lens, q_lens, starts], dtype=torch.int32).to(device)
+    small = torch.tensor([kv_lens, q_lens, starts, [s + n for s, n in zip(starts, q_lens, strict=True)]],
+                         dtype=torch.int32).to(device)
     table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32).to(device)
     indices = torch.tensor([slots, flat] if padded else [slots], dtype=torch.int64).to(device)
     ctx = StepContext(
@@ -67,6 +74,7 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
         kv_seq_len=small[0],
         q_seq_len=small[1],
         q_start_loc=small[2],
+        q_end_loc=small[3],
         kv_indices=indices[0],
         token_index=indices[1] if padded else None,
         max_q_seq_len=max(q_lens, default=0),
@@ -79,3 +87,55 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
     for b in range(batch):
         cached[b] = kv_lens[b]
     return ctx
+
+
+class _Constants:
+    """Per (batch, device): the decode step's fixed tensors (one new token per sequence)."""
+
+    def __init__(self, batch: int, device: torch.device) -> None:
+        steps = torch.arange(batch + 1, dtype=torch.int32)
+        self.ones = torch.ones(batch, dtype=torch.int32).to(device)
+        self.starts = steps[:-1].to(device)
+        self.ends = steps[1:].to(device)
+
+
+_CONSTANTS: dict[tuple[int, str], _Constants] = {}
+
+
+def decode_context(manager: BlockManager, cached: list[int], previous: StepContext,
+                   device: torch.device) -> StepContext:
+    """The context of a decode step (one real new token per sequence, every sequence with cached tokens), built
+    from the previous step's: a block is reserved only where a sequence starts a new one (the block table is
+    rebuilt only then); the slots and lengths are two small host tensors. ``cached`` is updated."""
+    block_size = manager.block_size
+    batch = len(cached)
+    starting = {b: n + 1 for b, n in enumerate(cached) if n % block_size == 0}
+    table = previous.block_table
+    if starting:
+        manager.reserve(starting)
+        rows = [manager.tables.get(b, []) for b in range(batch)]
+        width = max(len(r) for r in rows)
+        table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32).to(device)
+    tables = manager.tables
+    slots = [tables[b][n // block_size] * block_size + n % block_size for b, n in enumerate(cached)]
+    for b in range(batch):
+        cached[b] += 1
+    key = (batch, str(device))
+    constants = _CONSTANTS.get(key)
+    if constants is None:
+        constants = _CONSTANTS[key] = _Constants(batch, device)
+    return StepContext(
+        block_table=table,
+        kv_seq_len=torch.tensor(cached, dtype=torch.int32).to(device),
+        q_seq_len=constants.ones,
+        q_start_loc=constants.starts,
+        q_end_loc=constants.ends,
+        kv_indices=torch.tensor(slots, dtype=torch.int64).to(device),
+        token_index=None,
+        max_q_seq_len=1,
+        max_kv_seq_len=max(cached),
+        is_decoding=True,
+        has_past=True,
+        batch_size=batch,
+        q_len=1,
+    )

@@ -1,0 +1,190 @@
+"""The dlinfer forwards that replace a module's own, one mixin per computation.
+
+A replacement class is ``type("Dlinfer<Name>", (Mixin, <the model's class>), ...)``: the mixin's ``forward``
+calls dlinfer ops and reads the module's own weights; everything else is the model's class. Which modules get one
+is not decided here (candidates.py finds modules by structure, probe.py checks each class's result against its own
+forward). Per-instance settings the forwards read (``_dlinfer_eps``, ...) are set by the candidate's ``configure``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F  # noqa: N812
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+import dlinfer.ops as ops
+
+from .merged import merged_projection
+
+__all__ = ["AttentionMixin", "DecoderLayerMixin", "FusedGatedMLPMixin", "GatedMLPMixin", "OWN_ATTENTION",
+           "OffsetRMSNormMixin", "RMSNormMixin", "RouterMixin", "attention_settings", "norm_weight"]
+
+#: attention implementations the replaced attention computes itself (dlinfer's, and the probe's recorder); under
+#: any other the module's own forward runs
+OWN_ATTENTION = {"dlinfer", "dlinfer_probe"}
+
+
+def norm_weight(weight: Tensor, offset: bool) -> Tensor:
+    """The weight ``rms_norm`` multiplies by: the module's, or ``1 + weight`` for norms stored as an offset (Gemma),
+    computed in float32 as those norms do and cast back."""
+    return (weight.float() + 1.0).to(weight.dtype) if offset else weight
+
+
+class RMSNormMixin:
+    """``weight * x / rms(x)``: ``rms_norm``."""
+
+    weight: Tensor
+    _dlinfer_eps: float
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        return ops.rms_norm(hidden_states, self.weight, self._dlinfer_eps)
+
+
+class OffsetRMSNormMixin:
+    """``(1 + weight) * x / rms(x)`` (weights stored as an offset from 1): ``rms_norm``."""
+
+    weight: Tensor
+    _dlinfer_eps: float
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        return ops.rms_norm(hidden_states, norm_weight(self.weight, True), self._dlinfer_eps)
+
+
+class GatedMLPMixin:
+    """``down(silu(gate(x)) * up(x))`` with separate gate and up projections: ``silu_and_mul``."""
+
+    gate_proj: nn.Linear
+    up_proj: nn.Linear
+    down_proj: nn.Linear
+
+    def forward(self, x: Tensor) -> Tensor:
+        merged = merged_projection(self, ("gate_proj", "up_proj"))  # type: ignore[arg-type]
+        gate_up = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1) if merged is None else F.linear(x, *merged)
+        return self.down_proj(ops.silu_and_mul(gate_up))
+
+
+class FusedGatedMLPMixin:
+    """The same with one ``gate_up_proj`` (gate rows first, as Phi-3): ``silu_and_mul`` on its output."""
+
+    gate_up_proj: nn.Linear
+    down_proj: nn.Linear
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+
+
+class RouterMixin:
+    """Router logits, then ``moe_gating_topk_softmax``: ``(logits, top-k weights, top-k ids)``; the weights
+    renormalized and cast to the logits' dtype or not, as the module's own forward does (``_dlinfer_*``)."""
+
+    weight: Tensor
+    top_k: int
+    _dlinfer_renormalize: bool
+    _dlinfer_casts: bool
+
+    def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        logits = F.linear(hidden_states.reshape(-1, self.weight.shape[-1]), self.weight)
+        weights, ids = ops.moe_gating_topk_softmax(logits, self.top_k, renormalize=self._dlinfer_renormalize)
+        return logits, weights.to(logits.dtype) if self._dlinfer_casts else weights, ids
+
+
+class AttentionMixin:
+    """q/k/v projections (per-head q/k norms if any), ``apply_rotary_pos_emb`` on the given ``(cos, sin)``, the
+    cache's ``update``, the configured attention function with what the stock forward passes it (``scaling``,
+    ``dropout``, ``sliding_window``, ``softcap``: read once per instance into ``_dlinfer_*`` settings), the output
+    projection. Under an attention implementation other than dlinfer's, the module's own forward runs."""
+
+    config: Any
+    head_dim: int
+    scaling: float
+    layer_idx: int
+    training: bool
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+    o_proj: nn.Linear
+    _dlinfer_norms: tuple[nn.Module | None, nn.Module | None]
+    _dlinfer_window: int | None
+    _dlinfer_softcap: float | None
+    _dlinfer_dropout: float
+
+    def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
+                attention_mask: Any = None, **kwargs: Any) -> tuple[Tensor, Any]:
+        implementation = self.config._attn_implementation
+        if implementation not in OWN_ATTENTION:
+            return super().forward(hidden_states, position_embeddings=position_embeddings,  # type: ignore[misc]
+                                   attention_mask=attention_mask, **kwargs)
+        input_shape = hidden_states.shape[:-1]
+        shape = (*input_shape, -1, self.head_dim)
+        merged = merged_projection(self, ("q_proj", "k_proj", "v_proj"))  # type: ignore[arg-type]
+        if merged is None:
+            q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+        else:
+            sizes = (self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features)
+            q, k, v = F.linear(hidden_states, *merged).split(sizes, dim=-1)
+        q, k, v = q.reshape(shape), k.reshape(shape), v.reshape(shape)
+        q_norm, k_norm = self._dlinfer_norms
+        if q_norm is not None:
+            q = q_norm(q)
+        if k_norm is not None:
+            k = k_norm(k)
+        cos, sin = position_embeddings  # type: ignore[misc]
+        q, k = ops.apply_rotary_pos_emb(q, k, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        cache = kwargs.pop("cache", None)
+        legacy = kwargs.pop("past_key_values", None)
+        cache = legacy if cache is None else cache
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        out, weights = ALL_ATTENTION_FUNCTIONS[implementation](
+            self, q, k, v, attention_mask, dropout=self._dlinfer_dropout if self.training else 0.0,
+            scaling=self.scaling, sliding_window=self._dlinfer_window, softcap=self._dlinfer_softcap, cache=cache,
+            **kwargs)
+        return self.o_proj(out.reshape(*input_shape, -1)), weights
+
+
+def attention_settings(module: nn.Module) -> dict[str, Any]:
+    """What :class:`AttentionMixin` reads of an attention module, once: its per-head q/k norms, the window and
+    soft-capping it hands the attention function (its own ``sliding_window``, else the config's), its dropout."""
+    window = module.sliding_window if hasattr(module, "sliding_window") else getattr(module.config, "sliding_window",
+                                                                                       None)
+    return {"_dlinfer_norms": (getattr(module, "q_norm", None), getattr(module, "k_norm", None)),
+            "_dlinfer_window": window, "_dlinfer_softcap": getattr(module, "attn_logit_softcapping", None),
+            "_dlinfer_dropout": float(getattr(module, "attention_dropout", 0.0) or 0.0)}
+
+
+@functools.cache
+def _positional_names(cls: type) -> tuple[str, ...]:
+    """The names of ``cls.forward``'s parameters after ``hidden_states`` (to bind positional arguments)."""
+    return tuple(inspect.signature(cls.forward).parameters)[2:]
+
+
+class DecoderLayerMixin:
+    """A pre-norm decoder layer, ``h = x + attn(norm1(x)); out = h + mlp(norm2(h))``, with the residual add fused
+    into the post-attention norm: ``add_rms_norm``."""
+
+    input_layernorm: nn.Module
+    post_attention_layernorm: nn.Module
+    self_attn: nn.Module
+    mlp: nn.Module
+    _dlinfer_original: type
+    _dlinfer_eps: float
+    _dlinfer_offset: bool
+
+    def forward(self, hidden_states: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if args:
+            kwargs.update(zip(_positional_names(self._dlinfer_original), args, strict=False))
+        residual = hidden_states
+        attn = self.self_attn(self.input_layernorm(hidden_states), **kwargs)
+        attn = attn[0] if isinstance(attn, tuple) else attn
+        weight = self.post_attention_layernorm.weight
+        if self._dlinfer_offset:
+            weight = norm_weight(weight, True)  # type: ignore[arg-type]
+        hidden_states, residual = ops.add_rms_norm(attn, residual, weight, self._dlinfer_eps)
+        out = self.mlp(hidden_states)
+        return residual + (out[0] if isinstance(out, tuple) else out)

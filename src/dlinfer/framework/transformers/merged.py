@@ -1,0 +1,55 @@
+"""One matrix multiply for several ``nn.Linear`` layers that read the same input (q/k/v, gate/up).
+
+The layers' weights (and biases) are copied once into one tensor and each layer's parameter becomes a view of its
+rows: no memory is added, ``state_dict``, in-place updates and ``load_state_dict`` keep working, and the parameter
+objects stay the same. Whenever a layer's storage moved since (``model.to(...)``, a ``.data`` assignment) the
+views are made again before the next multiply, so the merged tensor never serves stale weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["merged_projection"]
+
+
+def _mergeable(layers: list[nn.Module]) -> bool:
+    if not all(type(layer) is nn.Linear for layer in layers):  # subclasses (LoRA, quantized) keep their forward
+        return False
+    weights = [layer.weight for layer in layers]
+    if len({(w.dtype, w.device, w.shape[1]) for w in weights}) != 1:
+        return False
+    biases = [layer.bias for layer in layers]
+    return all(b is None for b in biases) or all(b is not None for b in biases)
+
+
+def _merge(layers: list[nn.Module]) -> tuple[Tensor, Tensor | None]:
+    with torch.no_grad():
+        weight = torch.cat([layer.weight.detach() for layer in layers])
+        bias = None if layers[0].bias is None else torch.cat([layer.bias.detach() for layer in layers])
+        start = 0
+        for layer in layers:
+            rows = layer.weight.shape[0]
+            layer.weight.data = weight[start:start + rows]
+            if bias is not None:
+                layer.bias.data = bias[start:start + rows]
+            start += rows
+    return weight, bias
+
+
+def merged_projection(owner: nn.Module, names: tuple[str, ...]) -> tuple[Tensor, Tensor | None] | None:
+    """``(weight, bias)`` whose row blocks are ``owner``'s Linear layers ``names`` (in that order), or None when
+    they cannot share one multiply (another Linear class, dtypes, devices, input sizes or biases that differ)."""
+    layers = [owner._modules.get(name) for name in names]
+    state = owner.__dict__.get("_dlinfer_merged")
+    if state is not None and state[0] == names:
+        _, weight, bias, pointers = state
+        if pointers == tuple(layer.weight.data_ptr() for layer in layers):
+            return weight, bias
+    if not _mergeable(layers):
+        owner.__dict__["_dlinfer_merged"] = None
+        return None
+    weight, bias = _merge(layers)
+    owner.__dict__["_dlinfer_merged"] = (names, weight, bias, tuple(layer.weight.data_ptr() for layer in layers))
+    return weight, bias
