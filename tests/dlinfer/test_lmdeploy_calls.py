@@ -307,3 +307,27 @@ def test_a_call_fitting_no_form_names_the_operator():
         ops.paged_decode_attention(q, torch.zeros(2, BLOCK, HKV, DIM), torch.zeros(2, BLOCK, HKV, DIM),
                                    torch.zeros(2, 1, dtype=torch.int32), BLOCK, _cu([1, 1])[1:],
                                    torch.tensor([1, 1]), 1, HQ, HKV, head_size_v=4)
+
+
+def test_calls_on_inference_tensors(paged):
+    """LMDeploy's forward runs under ``torch.inference_mode()``: its tensors track no version counter, which the
+    per-step memos (decode layout, rotary cos/sin, host length copies) must not read; twice, as two layers do."""
+    scale = 1 / math.sqrt(DIM)
+    want = None
+    with torch.inference_mode():
+        q = torch.randn(len(KV_LENS), HQ, DIM, generator=torch.Generator().manual_seed(9))
+        kc, vc, table = paged["kc"].clone(), paged["vc"].clone(), paged["table"].clone()
+        kv = torch.tensor(KV_LENS, dtype=torch.int32)
+        ends = _cu([1] * len(KV_LENS))[1:]
+        for _ in range(2):
+            out = ops.paged_decode_attention(q, kc, vc, table, BLOCK, ends, kv, max(KV_LENS), HQ, HKV,
+                                             softmax_scale=scale)
+            want = want if want is not None else out.clone()
+            assert torch.equal(out, want)
+        cos, sin = torch.ones(len(KV_LENS), DIM), torch.zeros(len(KV_LENS), DIM)
+        for _ in range(2):
+            qe, _ = ops.apply_rotary_pos_emb(q, q[:, :HKV], cos[:, None], sin[:, None])
+            assert torch.equal(qe, q)   # angle 0: the identity
+    expected = torch.cat([_attention64(q[b:b + 1], paged["hist_k"][b], paged["hist_v"][b], [n - 1], scale)
+                          for b, n in enumerate(KV_LENS)])
+    _close(want, expected)

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from dlinfer.config import dlinfer_config
+from dlinfer.reference._memo import version_key
 from dlinfer.utils.type_annotation import MoeMetadata, unsupported_moe_fields
 
 from .call_forms import MISSING, accept_older_form, argument
@@ -222,11 +223,14 @@ def _on(t: Tensor, device: torch.device) -> Tensor:
     """``t`` on ``device`` (LMDeploy hands lengths over as host tensors; the copy does not wait for the device)."""
     if t.device == device:
         return t
-    for src, dev, version, copy in _COPIES:
-        if src is t and dev == device and version == t._version:
+    version = version_key(t)
+    if version is None:
+        return t.to(device, non_blocking=True)
+    for src, dev, seen, copy in _COPIES:
+        if src is t and dev == device and seen == version:
             return copy
     copy = t.to(device, non_blocking=True)
-    _COPIES.insert(0, (t, device, t._version, copy))
+    _COPIES.insert(0, (t, device, version, copy))
     del _COPIES[4:]
     return copy
 

@@ -21,6 +21,7 @@ from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
 from ._checks import check_heads, check_quant_bits, check_rank
+from ._memo import version_key
 from ._table import reference
 from .kv_cache import gather_kv
 
@@ -236,8 +237,8 @@ def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, len
     dtype: 0 where a key is cached, -inf past the sequence's length)`` of a decode step; the layers of one step
     pass the same tensors, so the layout is computed once per step (the memo holds the step's two small tensors
     and checks they were not written since)."""
-    versions = (block_table._version, kv_seq_len._version)
-    if _LAYOUT:
+    versions = version_key(block_table, kv_seq_len)
+    if _LAYOUT and versions is not None:
         table, lens, size, n, seen, blocks, mask = _LAYOUT[0]
         if (table is block_table and lens is kv_seq_len and size == block_size and n == length and seen == versions
                 and mask.dtype == dtype):
@@ -251,7 +252,8 @@ def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, len
     allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1))[:, None, None, :]
     # the additive form SDPA would build from a boolean mask on every call
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
-    _LAYOUT[:] = [(block_table, kv_seq_len, block_size, length, versions, blocks, mask)]
+    if versions is not None:
+        _LAYOUT[:] = [(block_table, kv_seq_len, block_size, length, versions, blocks, mask)]
     return blocks, mask
 
 
