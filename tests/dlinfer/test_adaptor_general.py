@@ -178,3 +178,27 @@ def test_a_judge_row_names_the_replaced_classes():
     row = judge("mistral")
     assert row.result == "equal", row
     assert "MistralAttention (attention)" in row.replaced and "MistralDecoderLayer (decoder)" in row.replaced
+
+
+def test_nothing_holds_device_memory_after_the_model_is_gone():
+    """The probe's recorded inputs, the per-step memos and the merged projections go with the model: after a
+    dipu model is installed, generates, is uninstalled and freed, the device holds what it held before."""
+    import gc
+
+    from dlinfer_tiny_models import build, padded_prompts
+
+    import torch_dipu  # noqa: F401
+    from dlinfer.framework import transformers as dlinfer_tf
+
+    gc.collect()
+    before = torch.dipu.memory_allocated()
+    model = build("llama", seed=0).to("dipu")
+    ids, mask = padded_prompts((7, 4), seed=3)
+    dlinfer_tf.install(model, block_size=4)
+    with torch.no_grad():
+        model.generate(input_ids=ids.to("dipu"), attention_mask=mask.to("dipu"), max_new_tokens=4, do_sample=False,
+                       pad_token_id=0)
+    dlinfer_tf.uninstall(model)
+    del model, ids, mask
+    gc.collect()
+    assert torch.dipu.memory_allocated() == before

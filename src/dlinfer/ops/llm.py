@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from dlinfer.config import dlinfer_config
-from dlinfer.reference._memo import version_key
+from dlinfer.reference._memo import StepMemo
 from dlinfer.utils.type_annotation import MoeMetadata, unsupported_moe_fields
 
 from .call_forms import MISSING, accept_older_form, argument
@@ -214,24 +214,19 @@ def _pair(value: Sequence[Tensor | None] | Tensor | None) -> tuple[Tensor | None
     return items[0], items[1]
 
 
-#: recent host -> device copies of length tensors: (source, device, source version, copy); the layers of a step
-#: pass the same host tensors, so each is copied once per step, and the kernels' per-step memos see one tensor
-_COPIES: list[tuple[Tensor, torch.device, int, Tensor]] = []
+#: recent host -> device copies of length tensors: the layers of a step pass the same host tensors, so each is
+#: copied once per step, and the kernels' per-step memos see one tensor
+_COPIES = StepMemo(size=4)
 
 
 def _on(t: Tensor, device: torch.device) -> Tensor:
     """``t`` on ``device`` (LMDeploy hands lengths over as host tensors; the copy does not wait for the device)."""
     if t.device == device:
         return t
-    version = version_key(t)
-    if version is None:
-        return t.to(device, non_blocking=True)
-    for src, dev, seen, copy in _COPIES:
-        if src is t and dev == device and seen == version:
-            return copy
-    copy = t.to(device, non_blocking=True)
-    _COPIES.insert(0, (t, device, version, copy))
-    del _COPIES[4:]
+    copy = _COPIES.get((t,), device)
+    if copy is None:
+        copy = t.to(device, non_blocking=True)
+        _COPIES.put((t,), device, copy)
     return copy
 
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
 from ._checks import check_heads, check_quant_bits, check_rank
-from ._memo import version_key
+from ._memo import StepMemo
 from ._table import reference
 from .kv_cache import gather_kv
 
@@ -227,22 +227,19 @@ def _gather_pair(key_cache: Tensor, value_cache: Tensor, block_table: Tensor, bl
         raise ValueError(f"{op}: {exc}") from None
 
 
-#: the last decode step's layout: (block_table, kv_seq_len, block_size, length, their versions, blocks, mask)
-_LAYOUT: list[tuple] = []
+#: the decode step's layout (flat block indices, additive key mask), once per step for all layers
+_LAYOUT = StepMemo()
 
 
 def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, length: int,
                    dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """``(flat block indices of every sequence's first length positions, additive key mask (B, 1, 1, S) in
     dtype: 0 where a key is cached, -inf past the sequence's length)`` of a decode step; the layers of one step
-    pass the same tensors, so the layout is computed once per step (the memo holds the step's two small tensors
-    and checks they were not written since)."""
-    versions = version_key(block_table, kv_seq_len)
-    if _LAYOUT and versions is not None:
-        table, lens, size, n, seen, blocks, mask = _LAYOUT[0]
-        if (table is block_table and lens is kv_seq_len and size == block_size and n == length and seen == versions
-                and mask.dtype == dtype):
-            return blocks, mask
+    pass the same tensors, so the layout is computed once per step."""
+    extra = (block_size, length, dtype)
+    found = _LAYOUT.get((block_table, kv_seq_len), extra)
+    if found is not None:
+        return found
     num = -(-length // block_size)
     if block_table.shape[1] < num:
         raise ValueError(f"paged_decode_attention: block_table has {block_table.shape[1]} blocks per sequence, "
@@ -252,8 +249,7 @@ def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, len
     allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1))[:, None, None, :]
     # the additive form SDPA would build from a boolean mask on every call
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
-    if versions is not None:
-        _LAYOUT[:] = [(block_table, kv_seq_len, block_size, length, versions, blocks, mask)]
+    _LAYOUT.put((block_table, kv_seq_len), extra, (blocks, mask))
     return blocks, mask
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._memo import version_key
+from ._memo import StepMemo
 from ._table import reference
 
 __all__ = ["apply_rotary_pos_emb", "apply_rotary_pos_emb_interleaved"]
@@ -34,24 +34,21 @@ def _per_head(t: Tensor, x: Tensor) -> Tensor:
     return t if t.dim() == x.dim() else t.unsqueeze(-2)
 
 
-#: the last step's broadcast cos and sign-folded sin: (cos, sin, their versions, dtype, rank, cos_b, sin_signed)
-_PREPARED: list[tuple] = []
+#: the step's broadcast cos and sign-folded sin, once per step for all layers
+_PREPARED = StepMemo()
 
 
 def _prepared(cos: Tensor, sin: Tensor, dtype: torch.dtype, rank: int) -> tuple[Tensor, Tensor]:
     """``cos`` broadcast over the heads in ``dtype`` and ``sin`` with its first half negated (``rotate_half(x) *
     sin == swap_halves(x) * sin_signed``); the layers of a step pass the same cos/sin, so once per step."""
-    versions = version_key(cos, sin)
-    if _PREPARED and versions is not None:
-        c0, s0, seen, dt, rk, cos_b, sin_signed = _PREPARED[0]
-        if c0 is cos and s0 is sin and seen == versions and dt == dtype and rk == rank:
-            return cos_b, sin_signed
+    found = _PREPARED.get((cos, sin), (dtype, rank))
+    if found is not None:
+        return found
     half = cos.shape[-1] // 2
     cos_b = (cos if cos.dim() == rank else cos.unsqueeze(-2)).to(dtype)
     sin_b = (sin if sin.dim() == rank else sin.unsqueeze(-2)).to(dtype)
     sin_signed = torch.cat((-sin_b[..., :half], sin_b[..., half:]), dim=-1)
-    if versions is not None:
-        _PREPARED[:] = [(cos, sin, versions, dtype, rank, cos_b, sin_signed)]
+    _PREPARED.put((cos, sin), (dtype, rank), (cos_b, sin_signed))
     return cos_b, sin_signed
 
 

@@ -89,19 +89,6 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
     return ctx
 
 
-class _Constants:
-    """Per (batch, device): the decode step's fixed tensors (one new token per sequence)."""
-
-    def __init__(self, batch: int, device: torch.device) -> None:
-        steps = torch.arange(batch + 1, dtype=torch.int32)
-        self.ones = torch.ones(batch, dtype=torch.int32).to(device)
-        self.starts = steps[:-1].to(device)
-        self.ends = steps[1:].to(device)
-
-
-_CONSTANTS: dict[tuple[int, str], _Constants] = {}
-
-
 def decode_context(manager: BlockManager, cached: list[int], previous: StepContext,
                    device: torch.device) -> StepContext:
     """The context of a decode step (one real new token per sequence, every sequence with cached tokens), built
@@ -120,16 +107,18 @@ def decode_context(manager: BlockManager, cached: list[int], previous: StepConte
     slots = [tables[b][n // block_size] * block_size + n % block_size for b, n in enumerate(cached)]
     for b in range(batch):
         cached[b] += 1
-    key = (batch, str(device))
-    constants = _CONSTANTS.get(key)
-    if constants is None:
-        constants = _CONSTANTS[key] = _Constants(batch, device)
+    if previous.is_decoding and previous.batch_size == batch:  # one token per sequence: the same every step
+        ones, starts, ends = previous.q_seq_len, previous.q_start_loc, previous.q_end_loc
+    else:
+        steps = torch.arange(batch + 1, dtype=torch.int32)
+        ones = torch.ones(batch, dtype=torch.int32).to(device)
+        starts, ends = steps[:-1].to(device), steps[1:].to(device)
     return StepContext(
         block_table=table,
         kv_seq_len=torch.tensor(cached, dtype=torch.int32).to(device),
-        q_seq_len=constants.ones,
-        q_start_loc=constants.starts,
-        q_end_loc=constants.ends,
+        q_seq_len=ones,
+        q_start_loc=starts,
+        q_end_loc=ends,
         kv_indices=torch.tensor(slots, dtype=torch.int64).to(device),
         token_index=None,
         max_q_seq_len=1,

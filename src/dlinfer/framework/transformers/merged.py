@@ -3,7 +3,9 @@
 The layers' weights (and biases) are copied once into one tensor and each layer's parameter becomes a view of its
 rows: no memory is added, ``state_dict``, in-place updates and ``load_state_dict`` keep working, and the parameter
 objects stay the same. Whenever a layer's storage moved since (``model.to(...)``, a ``.data`` assignment) the
-views are made again before the next multiply, so the merged tensor never serves stale weights.
+views are made again before the next eager multiply, so the merged tensor never serves stale weights. Under
+``torch.compile`` the merge the eager steps made is used as long as its dtype and device are the layers' (a
+storage check would break the graph); otherwise the layers multiply one by one.
 """
 
 from __future__ import annotations
@@ -41,8 +43,15 @@ def _merge(layers: list[nn.Module]) -> tuple[Tensor, Tensor | None]:
 def merged_projection(owner: nn.Module, names: tuple[str, ...]) -> tuple[Tensor, Tensor | None] | None:
     """``(weight, bias)`` whose row blocks are ``owner``'s Linear layers ``names`` (in that order), or None when
     they cannot share one multiply (another Linear class, dtypes, devices, input sizes or biases that differ)."""
+    state = getattr(owner, "_dlinfer_merged", None)
+    if torch.compiler.is_compiling():  # traced: the eager steps merged (or not) already; no storage checks
+        if state is None or state[0] != names:
+            return None
+        first = getattr(owner, names[0]).weight
+        if state[1].dtype != first.dtype or state[1].device != first.device:
+            return None  # converted since the merge (model.to): the layers' own weights
+        return state[1], state[2]
     layers = [owner._modules.get(name) for name in names]
-    state = owner.__dict__.get("_dlinfer_merged")
     if state is not None and state[0] == names:
         _, weight, bias, pointers = state
         if pointers == tuple(layer.weight.data_ptr() for layer in layers):

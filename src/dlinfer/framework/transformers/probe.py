@@ -208,9 +208,12 @@ def _swapped(module: nn.Module, mixin: type, settings: dict[str, Any]) -> Iterat
 
 def _call(model: nn.Module, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """``module(*args, **kwargs)`` with the recording attention: (output, what it passed the attention function)."""
-    with _probing(model):
-        out = module(*args, **kwargs)
-    return out, _RECORDS.pop(id(module), None)
+    try:
+        with _probing(model):
+            out = module(*args, **kwargs)
+        return out, _RECORDS.pop(id(module), None)
+    finally:
+        _RECORDS.clear()  # the records of the modules inside it too: they hold the probe's device tensors
 
 
 def _run(model: nn.Module, kind: str, module: nn.Module, variant: Variant, settings: dict[str, Any],
