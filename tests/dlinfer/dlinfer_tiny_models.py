@@ -49,11 +49,6 @@ def build(name: str, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch
 
 def padded_prompts(lengths: tuple[int, ...] = (7, 4), seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A left-padded batch ``(input_ids, attention_mask)`` of prompts of ``lengths`` tokens (ids 3..VOCAB-1)."""
-    gen = torch.Generator().manual_seed(seed)
-    width = max(lengths)
-    ids = torch.full((len(lengths), width), PAD_ID, dtype=torch.long)
-    mask = torch.zeros((len(lengths), width), dtype=torch.long)
-    for row, n in enumerate(lengths):
-        ids[row, width - n:] = torch.randint(3, VOCAB, (n,), generator=gen)
-        mask[row, width - n:] = 1
-    return ids, mask
+    from dlinfer.framework.transformers.tiny_models import prompts
+
+    return prompts(vocab=VOCAB, seed=seed, lengths=lengths)

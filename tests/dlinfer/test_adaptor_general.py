@@ -15,13 +15,7 @@ from dlinfer.framework.transformers import construction, tiny_models
 from dlinfer.framework.transformers.coverage import judge
 from dlinfer.framework.transformers.mask import mask_window
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/dlinfer/conftest.py
 
 
 def _generate(model: torch.nn.Module) -> torch.Tensor:

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from dlinfer.framework import transformers as dlinfer_tf
 from dlinfer.framework.transformers import coverage, tiny_models
@@ -23,13 +22,7 @@ REQUIRED = ("llama", "mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3"
             "gemma3_text", "gpt_neox", "olmo")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread (torch's spinning pool makes them many times slower on a loaded host)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/dlinfer/conftest.py
 
 
 def test_the_table_lists_every_architecture_and_enough_equal_families():

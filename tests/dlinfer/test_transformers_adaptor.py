@@ -23,14 +23,7 @@ MOE = ("qwen3_moe", "mixtral")
 GEN = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=PAD_ID)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread. With the suite's workers on every core, torch's spinning thread pool
-    made a 16-token generate 100x slower (4 s instead of 0.04 s)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/dlinfer/conftest.py
 
 
 @pytest.fixture(scope="module")

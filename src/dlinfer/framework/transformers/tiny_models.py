@@ -129,13 +129,14 @@ def build(model_type: str, seed: int = 0, dtype: torch.dtype = torch.float32, **
     return model.to(dtype).eval()
 
 
-def prompts(vocab: int = VOCAB, seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
-    """A left-padded batch ``(input_ids, attention_mask)`` of prompts of ``PROMPT_LENGTHS`` tokens (ids 3..)."""
+def prompts(vocab: int = VOCAB, seed: int = 3,
+            lengths: tuple[int, ...] = PROMPT_LENGTHS) -> tuple[torch.Tensor, torch.Tensor]:
+    """A left-padded batch ``(input_ids, attention_mask)`` of prompts of ``lengths`` tokens (ids 3..vocab-1)."""
     gen = torch.Generator().manual_seed(seed)
-    width = max(PROMPT_LENGTHS)
-    ids = torch.full((len(PROMPT_LENGTHS), width), PAD_ID, dtype=torch.long)
-    mask = torch.zeros((len(PROMPT_LENGTHS), width), dtype=torch.long)
-    for row, n in enumerate(PROMPT_LENGTHS):
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), PAD_ID, dtype=torch.long)
+    mask = torch.zeros((len(lengths), width), dtype=torch.long)
+    for row, n in enumerate(lengths):
         ids[row, width - n:] = torch.randint(3, vocab, (n,), generator=gen)
         mask[row, width - n:] = 1
     return ids, mask
