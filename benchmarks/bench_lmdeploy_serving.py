@@ -55,17 +55,14 @@ def requests(n: int, quick: bool) -> list[dict[str, Any]]:
 
 def save_model(folder: Path) -> None:
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dlinfer.framework.transformers.tiny_models import save_word_tokenizer
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         LlamaForCausalLM(LlamaConfig(**CONFIG)).eval().save_pretrained(folder)
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"w{i}": i for i in range(4, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                            pad_token="<pad>").save_pretrained(folder)
+    save_word_tokenizer(folder, VOCAB)
 
 
 # -- the two sides, each in its own process -------------------------------------------------------------------------

@@ -109,11 +109,9 @@ class KernelRegistry:
 
     def dispatch(self, op: str, device_type: str, *args: Any) -> Any:
         """Run ``op`` with the kernel for ``device_type`` and count the call."""
-        found = self._resolved.get((op, device_type)) or self.kernel(op, device_type)
-        key = (op, found[0])
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + 1
-        return found[1](*args)
+        name, fn = self.kernel(op, device_type)
+        self.counts[(op, name)] += 1
+        return fn(*args)
 
     def forget(self) -> None:
         """Drop the resolved-kernel cache (tests that change ``DLINFER_KERNELS`` call this after reset_config)."""

@@ -23,25 +23,16 @@ FAMILIES: dict[str, dict] = {
 }
 
 
-def _save_tokenizer(folder: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"w{i}": i for i in range(4, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                            pad_token="<pad>").save_pretrained(folder)
-
-
 def save_tiny_model(family: str, folder: Path, seed: int = 0) -> Path:
     """Write the tiny ``family`` model and its tokenizer into ``folder``; returns ``folder``."""
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dlinfer.framework.transformers.tiny_models import save_word_tokenizer
 
     config = AutoConfig.for_model(family, **_COMMON, **FAMILIES[family])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(folder)
-    _save_tokenizer(folder)
+    save_word_tokenizer(folder, VOCAB)
     return folder

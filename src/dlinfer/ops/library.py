@@ -120,7 +120,6 @@ _dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
 def call(packet: torch._ops.OpOverloadPacket, *args: Any) -> Any:
     """Op mode's call of ``packet`` with every argument positionally: the kernel registry directly when
     :func:`_direct`, else the operator through the dispatcher (autograd, tracing and modes see it)."""
-    if (torch.is_grad_enabled() or torch.compiler.is_compiling() or _dispatch_mode() is not None
-            or torch._C._is_torch_function_mode_enabled()):  # _direct(), inlined: this runs on every call
-        return packet.default(*args)
-    return registry.dispatch(_NAME_OF[packet], device_type_of(*args), *args)
+    if _direct():
+        return registry.dispatch(_NAME_OF[packet], device_type_of(*args), *args)
+    return packet.default(*args)

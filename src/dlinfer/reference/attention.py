@@ -240,11 +240,7 @@ def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, len
     found = _LAYOUT.get((block_table, kv_seq_len), extra)
     if found is not None:
         return found
-    num = -(-length // block_size)
-    if block_table.shape[1] < num:
-        raise ValueError(f"paged_decode_attention: block_table has {block_table.shape[1]} blocks per sequence, "
-                         f"fewer than the {num} that {length} positions of block_size {block_size} need")
-    blocks = block_table[:, :num].reshape(-1).long()
+    blocks = block_table[:, :-(-length // block_size)].reshape(-1).long()  # check_paged_decode checked the width
     k_pos = torch.arange(length, device=kv_seq_len.device)
     allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1))[:, None, None, :]
     # the additive form SDPA would build from a boolean mask on every call
@@ -282,8 +278,7 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
     allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1)).unsqueeze(1)        # (B, 1, S)
     q_pos = (kv_seq_len.long() - 1).unsqueeze(1)
     allowed = _window(allowed, q_pos, k_pos, sliding_window)
-    if alibi_slopes is None and not logit_softcapping:
-        # the decode hot path: one fused attention call (the decode step's cost is mostly per-op overhead)
+    if alibi_slopes is None and not logit_softcapping:  # the int8 cache or a window: still one fused call
         out = F.scaled_dot_product_attention(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
                                              attn_mask=allowed.unsqueeze(1), scale=softmax_scale,
                                              enable_gqa=num_q_heads != num_kv_heads)

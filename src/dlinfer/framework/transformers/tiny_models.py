@@ -140,3 +140,16 @@ def prompts(vocab: int = VOCAB, seed: int = 3,
         ids[row, width - n:] = torch.randint(3, vocab, (n,), generator=gen)
         mask[row, width - n:] = 1
     return ids, mask
+
+
+def save_word_tokenizer(folder: Any, vocab_size: int = VOCAB) -> None:
+    """Save a word-level tokenizer beside a tiny model (``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3, then
+    ``w4 .. w<vocab_size - 1>``), so that frameworks that load a tokenizer from the folder (LMDeploy) find one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{f"w{i}": i for i in range(4, vocab_size)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                            pad_token="<pad>").save_pretrained(folder)
