@@ -44,7 +44,8 @@ class KernelRegistry:
         self._reference: dict[str, Kernel] = {}
         self._vendor: dict[tuple[str, str], tuple[str, Kernel]] = {}
         self._loaded = False
-        self._resolved: dict[tuple[str, str], tuple[str, Kernel]] = {}
+        #: (op, device type) -> (kernel name, kernel, counter key (op, kernel name))
+        self._resolved: dict[tuple[str, str], tuple[str, Kernel, tuple[str, str]]] = {}
         self.counts: Counter[tuple[str, str]] = Counter()
 
     # -- registration -------------------------------------------------------------------------------------------
@@ -90,13 +91,13 @@ class KernelRegistry:
         found = self._resolved.get(key)
         if found is None:
             self.load_vendors()
-            found = None if dlinfer_config().kernels == REFERENCE else self._vendor.get(key)
-            if found is None:
+            chosen = None if dlinfer_config().kernels == REFERENCE else self._vendor.get(key)
+            if chosen is None:
                 if op not in self._reference:
                     raise KeyError(f"dlinfer operator {op!r} has no reference kernel")
-                found = (REFERENCE, self._reference[op])
-            self._resolved[key] = found
-        return found
+                chosen = (REFERENCE, self._reference[op])
+            found = self._resolved[key] = (chosen[0], chosen[1], (op, chosen[0]))
+        return found[0], found[1]
 
     def vendor_for(self, device_type: str) -> str:
         """The name of the vendor that registered kernels for ``device_type`` (``"reference"`` if none)."""
@@ -109,9 +110,12 @@ class KernelRegistry:
 
     def dispatch(self, op: str, device_type: str, *args: Any) -> Any:
         """Run ``op`` with the kernel for ``device_type`` and count the call."""
-        name, fn = self.kernel(op, device_type)
-        self.counts[(op, name)] += 1
-        return fn(*args)
+        found = self._resolved.get((op, device_type))
+        if found is None:
+            self.kernel(op, device_type)
+            found = self._resolved[(op, device_type)]
+        self.counts[found[2]] += 1
+        return found[1](*args)
 
     def forget(self) -> None:
         """Drop the resolved-kernel cache (tests that change ``DLINFER_KERNELS`` call this after reset_config)."""

@@ -22,12 +22,13 @@ def test_merged_equals_separate_and_shares_storage():
     x = torch.randn(3, 8)
     want = torch.cat((owner.a(x), owner.b(x)), -1)
     params = (owner.a.weight, owner.b.weight)
-    weight, bias = merged_projection(owner, ("a", "b"))
+    weight, bias, sizes = merged_projection(owner, ("a", "b"))
     torch.testing.assert_close(torch.nn.functional.linear(x, weight, bias), want)
+    assert sizes == (4, 6)
     assert owner.a.weight is params[0] and owner.a.weight.data_ptr() == weight.data_ptr()
     with torch.no_grad():
         owner.b.weight.mul_(2)                       # an in-place update reaches the merged tensor
-    weight, bias = merged_projection(owner, ("a", "b"))
+    weight, bias, _ = merged_projection(owner, ("a", "b"))
     torch.testing.assert_close(torch.nn.functional.linear(x, weight, bias)[:, 4:], owner.b(x))
 
 
@@ -36,10 +37,13 @@ def test_a_moved_storage_is_merged_again():
     x = torch.randn(2, 8)
     merged_projection(owner, ("a", "b"))
     owner.a.weight.data = torch.randn(4, 8)          # a new storage: the old merge would be stale
-    weight, bias = merged_projection(owner, ("a", "b"))
+    weight, bias, _ = merged_projection(owner, ("a", "b"))
     torch.testing.assert_close(torch.nn.functional.linear(x, weight, bias)[:, :4], owner.a(x))
+    owner.b.bias.data = torch.randn(6)               # a new bias storage alone is seen too
+    weight, bias, _ = merged_projection(owner, ("a", "b"))
+    torch.testing.assert_close(torch.nn.functional.linear(x, weight, bias)[:, 4:], owner.b(x))
     owner.to(torch.float64)
-    weight, _ = merged_projection(owner, ("a", "b"))
+    weight, _, _ = merged_projection(owner, ("a", "b"))
     assert weight.dtype == torch.float64
 
 

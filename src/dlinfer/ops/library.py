@@ -31,7 +31,6 @@ __all__ = ["NAMESPACE", "call", "define", "defined_ops"]
 NAMESPACE = "dlinfer"
 _LIB = torch.library.Library(NAMESPACE, "DEF")
 _DEFINED: list[str] = []
-_NAME_OF: dict[Any, str] = {}  # operator packet -> its name in the kernel registry
 
 
 def _traced(args: tuple) -> bool:
@@ -97,7 +96,6 @@ def define(name: str, schema: str, fake: Callable[..., Any]) -> torch._ops.OpOve
     _LIB.impl(name, autograd_kernel, "AutogradPrivateUse1")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake_kernel, lib=_LIB)
     _DEFINED.append(name)
-    _NAME_OF[packet] = name
     return packet
 
 
@@ -106,20 +104,28 @@ def defined_ops() -> list[str]:
     return list(_DEFINED)
 
 
-def _direct() -> bool:
-    """Whether an op-mode call may go straight to the kernel registry: eager inference (autograd off), no
-    ``torch.compile`` tracing and no Python dispatch or function mode watching (op_tools, a dispatch trace,
-    fake tensors): then the dispatcher would only route the call to the same kernel, at about 10 us a call."""
-    return (not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-            and _dispatch_mode() is None and not torch._C._is_torch_function_mode_enabled())
-
-
-_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
+_grad_enabled = torch.is_grad_enabled
+_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_compiling = torch.compiler.is_compiling
 
 
 def call(packet: torch._ops.OpOverloadPacket, *args: Any) -> Any:
-    """Op mode's call of ``packet`` with every argument positionally: the kernel registry directly when
-    :func:`_direct`, else the operator through the dispatcher (autograd, tracing and modes see it)."""
-    if _direct():
-        return registry.dispatch(_NAME_OF[packet], device_type_of(*args), *args)
-    return packet.default(*args)
+    """Op mode's call of ``packet`` with every argument positionally. In eager inference (autograd off, no
+    ``torch.compile`` tracing, no Python dispatch or function mode watching: op_tools, a dispatch trace, fake
+    tensors) the kernel registry's kernel for the tensors' device directly (counted as
+    :meth:`KernelRegistry.dispatch` counts), since the dispatcher would only route the call to the same kernel at
+    about 10 us a call; otherwise the operator through the dispatcher (autograd, tracing and modes see it)."""
+    if _compiling() or _grad_enabled() or _function_mode_enabled() or _dispatch_modes():  # compiling first: dynamo
+        return packet.default(*args)                                                       # folds the rest away
+    first = args[0]
+    key = (packet.__name__, first.device.type if isinstance(first, torch.Tensor) else device_type_of(*args))
+    found = _resolved.get(key)
+    if found is None:
+        return registry.dispatch(key[0], key[1], *args)  # resolves (and caches) the kernel
+    _counts[found[2]] += 1
+    return found[1](*args)
+
+
+_resolved = registry._resolved
+_counts = registry.counts

@@ -140,6 +140,12 @@ def check_prefill(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor
 def check_paged_decode(query: Tensor, key_cache: Tensor, block_table: Tensor, block_size: int, kv_seq_len: Tensor,
                        max_kv_seq_len: int, num_q_heads: int, num_kv_heads: int) -> None:
     """``paged_decode_attention``'s shape checks (shared with vendor kernels)."""
+    qs, cs, ts = query.shape, key_cache.shape, block_table.shape
+    if (len(qs) == 3 and len(cs) == 4 and len(ts) == 2 and kv_seq_len.dim() == 1 and num_kv_heads > 0
+            and num_q_heads % num_kv_heads == 0 and qs[1] == num_q_heads and cs[2] == num_kv_heads
+            and cs[3] == qs[2] and ts[0] == qs[0] and kv_seq_len.shape[0] == qs[0] and cs[1] == block_size
+            and ts[1] * block_size >= max_kv_seq_len):
+        return  # the common case in one expression; otherwise the check that fails names the argument
     op = "paged_decode_attention"
     check_rank(op, "query", query, 3)
     check_rank(op, "key_cache", key_cache, 4)
@@ -240,11 +246,12 @@ def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, len
     found = _LAYOUT.get((block_table, kv_seq_len), extra)
     if found is not None:
         return found
-    blocks = block_table[:, :-(-length // block_size)].reshape(-1).long()  # check_paged_decode checked the width
-    k_pos = torch.arange(length, device=kv_seq_len.device)
-    allowed = (k_pos.unsqueeze(0) < kv_seq_len.long().unsqueeze(1))[:, None, None, :]
-    # the additive form SDPA would build from a boolean mask on every call
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+    blocks = block_table[:, :-(-length // block_size)].reshape(-1)  # check_paged_decode checked the width
+    if blocks.dtype != torch.int64:
+        blocks = blocks.long()
+    cached = torch.arange(length, device=kv_seq_len.device) < kv_seq_len.view(-1, 1)
+    # the additive form (SDPA would build it from a boolean mask on every call)
+    mask = torch.where(cached, 0.0, float("-inf")).to(dtype).view(kv_seq_len.shape[0], 1, 1, length)
     _LAYOUT.put((block_table, kv_seq_len), extra, (blocks, mask))
     return blocks, mask
 
@@ -257,21 +264,19 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
                            v_zero: Tensor | None, quant_bits: int, sliding_window: int | None = None,
                            logit_softcapping: float | None = None) -> Tensor:
     """One query per sequence over its first ``kv_seq_len[b]`` cached positions."""
-    op = "paged_decode_attention"
     check_paged_decode(query, key_cache, block_table, block_size, kv_seq_len, max_kv_seq_len, num_q_heads,
                        num_kv_heads)
-    quant = _quant_args(op, quant_bits, key_cache, k_scale, k_zero, v_scale, v_zero)
-    if not quant and alibi_slopes is None and not logit_softcapping and sliding_window is None:
+    if quant_bits == 0 and alibi_slopes is None and not logit_softcapping and sliding_window is None:
         # the decode hot path: the step's block indices and key mask are the same for every layer (memoised),
         # one gather per cache, one fused attention call
         blocks, mask = _decode_layout(block_table, kv_seq_len, block_size, max_kv_seq_len, query.dtype)
-        batch = query.shape[0]
-        k = key_cache.index_select(0, blocks).view(batch, -1, *key_cache.shape[2:])[:, :max_kv_seq_len]
-        v = value_cache.index_select(0, blocks).view(batch, -1, *value_cache.shape[2:])[:, :max_kv_seq_len]
-        out = F.scaled_dot_product_attention(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
-                                             attn_mask=mask, scale=softmax_scale,
-                                             enable_gqa=num_q_heads != num_kv_heads)
-        return out.squeeze(2)
+        shape = (query.shape[0], -1, key_cache.shape[2], key_cache.shape[3])
+        k = key_cache.index_select(0, blocks).view(shape)[:, :max_kv_seq_len].transpose(1, 2)
+        v = value_cache.index_select(0, blocks).view(shape)[:, :max_kv_seq_len].transpose(1, 2)
+        return F.scaled_dot_product_attention(query.unsqueeze(2), k, v, attn_mask=mask, scale=softmax_scale,
+                                              enable_gqa=num_q_heads != num_kv_heads).squeeze(2)
+    op = "paged_decode_attention"
+    quant = _quant_args(op, quant_bits, key_cache, k_scale, k_zero, v_scale, v_zero)
     k, v = _gather_pair(key_cache, value_cache, block_table, block_size, max_kv_seq_len, quant,
                         (k_scale, k_zero, v_scale, v_zero), query.dtype, op)
     k_pos = torch.arange(max_kv_seq_len, device=query.device)

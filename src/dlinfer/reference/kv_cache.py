@@ -36,6 +36,10 @@ def check_fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cac
                         k_scale: Tensor | None, k_zero: Tensor | None, v_scale: Tensor | None, v_zero: Tensor | None,
                         quant_bits: int) -> None:
     """``fill_kv_cache``'s argument checks (shared with vendor kernels): ``ValueError`` naming the argument."""
+    ks, vs = key.shape, value.shape
+    if (quant_bits == 0 and len(ks) == 3 and key_cache.dim() == 4 and vs[:2] == ks[:2]
+            and ks[1:] == key_cache.shape[2:] and vs[1:] == value_cache.shape[2:] and kv_indices.shape == ks[:1]):
+        return  # the common case in one expression; otherwise the check that fails names the argument
     op = "fill_kv_cache"
     check_quant_bits(op, quant_bits)
     check_rank(op, "key", key, 3)
@@ -68,15 +72,15 @@ def fill_kv_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Te
     check_fill_kv_cache(key, value, key_cache, value_cache, kv_indices, k_scale, k_zero, v_scale, v_zero,
                         quant_bits)
     slots = key_cache.shape[0] * key_cache.shape[1]
-    idx = kv_indices.long()
-    flat_k = key_cache.view(slots, *key_cache.shape[2:])
-    flat_v = value_cache.view(slots, *value_cache.shape[2:])
+    idx = kv_indices if kv_indices.dtype == torch.int64 else kv_indices.long()
+    flat_k = key_cache.view((slots, *key_cache.shape[2:]))  # a view (a copy would lose the writes)
+    flat_v = value_cache.view((slots, *value_cache.shape[2:]))
     # no bounds check up front (it would cost a device sync per call): index_copy_ checks the indices and its
     # error is turned into one that names kv_indices
     try:
         if quant_bits == 0:
-            flat_k.index_copy_(0, idx, key.to(key_cache.dtype))
-            flat_v.index_copy_(0, idx, value.to(value_cache.dtype))
+            flat_k.index_copy_(0, idx, key if key.dtype == key_cache.dtype else key.to(key_cache.dtype))
+            flat_v.index_copy_(0, idx, value if value.dtype == value_cache.dtype else value.to(value_cache.dtype))
             return
         for x, flat, s, z in ((key, flat_k, k_scale, k_zero), (value, flat_v, v_scale, v_zero)):
             q, scale, zero = quantize_kv(x)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F  # noqa: N812
 
 from ._table import reference
 
@@ -17,8 +16,11 @@ def _rms(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
         raise ValueError(f"rms_norm: weight {tuple(weight.shape)} does not match the last dimension of "
                          f"hidden_states {tuple(hidden_states.shape)}")
     dtype = hidden_states.dtype
+    if dtype == torch.float32 and weight.dtype == torch.float32:
+        # x * rsqrt(mean(x^2) + eps), then * weight: one call (products commute bit for bit)
+        return torch.rms_norm(hidden_states, (hidden_states.shape[-1],), weight, epsilon)
     x = hidden_states if dtype == torch.float32 else hidden_states.to(torch.float32)
-    normed = F.rms_norm(x, (x.shape[-1],), eps=epsilon)   # x * rsqrt(mean(x^2) + eps), one fused kernel
+    normed = torch.rms_norm(x, (x.shape[-1],), None, epsilon)
     out = weight * (normed if dtype == torch.float32 else normed.to(dtype))
     return out if out.dtype == dtype else out.to(dtype)
 

@@ -52,22 +52,23 @@ def _prepared(cos: Tensor, sin: Tensor, dtype: torch.dtype, rank: int) -> tuple[
     return cos_b, sin_signed
 
 
-def _rotate_together(query: Tensor, key: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """Full-width rotary of query and key in one pass over their heads side by side: ``x * cos +
-    swap_halves(x) * sin_signed`` (the products and the sum as HF computes them, so the results are the same)."""
-    cos_b, sin_signed = _prepared(cos, sin, query.dtype, query.dim())
-    half = query.shape[-1] // 2
-    both = torch.cat((query, key), dim=-2)
-    swapped = torch.cat((both[..., half:], both[..., :half]), dim=-1)
-    out = both * cos_b + swapped * sin_signed
-    return out.split((query.shape[-2], key.shape[-2]), dim=-2)
-
-
 @reference("apply_rotary_pos_emb")
 def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Tensor | None,
                          position_ids: Tensor | None, cos_sin_cache: Tensor | None) -> tuple[Tensor, Tensor]:
     """``x * cos + rotate_half(x) * sin`` on the first ``rotary_dim`` features of query and key."""
-    if cos is None or sin is None:
+    if cos is not None and sin is not None:
+        dim = query.shape[-1]
+        if (cos.shape == sin.shape and cos.shape[-1] == dim == key.shape[-1] and dim % 2 == 0
+                and query.dtype == key.dtype and query.shape[:-2] == key.shape[:-2]):
+            # full width, query and key alike: rotated together in one pass over their heads side by side,
+            # ``x * cos + swap_halves(x) * sin_signed`` (the products and the sum as HF computes them: the same bits)
+            cos_b, sin_signed = _prepared(cos, sin, query.dtype, query.dim())
+            both = torch.cat((query, key), dim=-2)
+            out = both * cos_b + both.roll(dim // 2, -1) * sin_signed  # roll by half: the halves swapped
+            return out.split_with_sizes((query.shape[-2], key.shape[-2]), dim=-2)
+        if cos.shape != sin.shape:
+            raise ValueError(f"apply_rotary_pos_emb: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} differ")
+    else:
         if position_ids is None or cos_sin_cache is None:
             raise ValueError("apply_rotary_pos_emb: give cos and sin, or position_ids and cos_sin_cache")
         if cos_sin_cache.dim() != 2:
@@ -76,11 +77,6 @@ def apply_rotary_pos_emb(query: Tensor, key: Tensor, cos: Tensor | None, sin: Te
         cos_half, sin_half = cos_sin_cache[position_ids.long()].chunk(2, dim=-1)
         cos = torch.cat((cos_half, cos_half), dim=-1)
         sin = torch.cat((sin_half, sin_half), dim=-1)
-    elif cos.shape != sin.shape:
-        raise ValueError(f"apply_rotary_pos_emb: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} differ")
-    elif (cos.shape[-1] == query.shape[-1] == key.shape[-1] and query.dtype == key.dtype
-          and query.shape[:-2] == key.shape[:-2] and cos.shape[-1] % 2 == 0):
-        return _rotate_together(query, key, cos, sin)
     cos_q, sin_q = _per_head(cos, query).to(query.dtype), _per_head(sin, query).to(query.dtype)
     cos_k, sin_k = _per_head(cos, key).to(key.dtype), _per_head(sin, key).to(key.dtype)
     return _rotate(query, cos_q, sin_q), _rotate(key, cos_k, sin_k)

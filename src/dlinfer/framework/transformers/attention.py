@@ -15,21 +15,26 @@ built outside the mask interface, any other keyword with a value (it might chang
 
 from __future__ import annotations
 
-import functools
-import inspect
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
-import dlinfer.ops as ops
+import dlinfer.ops  # noqa: F401 - defines torch.ops.dlinfer
+from dlinfer.ops.library import call
 
 from .compat import get_cache
 from .context import StepContext
 from .paged_cache import PagedCache
 
-__all__ = ["ATTENTION_NAME", "active_cache", "dlinfer_attention", "pop_cache", "push_cache", "reset_active"]
+__all__ = ["ATTENTION_NAME", "active_cache", "attend_layer", "attend_tokens", "dlinfer_attention", "pop_cache",
+           "push_cache", "reset_active", "unpacked"]
 
 ATTENTION_NAME = "dlinfer"
+_FILL = torch.ops.dlinfer.fill_kv_cache
+_PREFILL = torch.ops.dlinfer.prefill_attention
+_PAGED_PREFILL = torch.ops.dlinfer.paged_prefill_attention
+_DECODE = torch.ops.dlinfer.paged_decode_attention
 _ACTIVE: list[tuple[int, PagedCache]] = []  # (id of the module whose forward pushed it, cache), innermost last
 
 #: keywords stock passes that do not change the attention's result (generation bookkeeping, outputs requested)
@@ -62,12 +67,6 @@ def active_cache() -> PagedCache | None:
 def reset_active() -> None:
     """Forget every pushed cache (after an error left some behind)."""
     _ACTIVE.clear()
-
-
-@functools.cache
-def op_takes(op: str, keyword: str) -> bool:
-    """Whether ``dlinfer.ops.<op>`` takes ``keyword`` (the sliding window and soft-capping arrived later)."""
-    return keyword in inspect.signature(getattr(ops, op)).parameters
 
 
 def _check_keywords(name: str, module: nn.Module, dropout: float, kwargs: dict[str, Any]) -> None:
@@ -115,26 +114,80 @@ def _with_cache_window(name: str, ctx: StepContext, window: int | None, kept: in
     return window
 
 
-def _extras(op: str, name: str, window: int | None, softcap: float | None, ctx: StepContext) -> dict[str, Any]:
-    """The window and soft-capping keywords of ``op`` (only when they change the result)."""
-    extra: dict[str, Any] = {}
-    if window is not None and ctx.max_kv_seq_len > window:
-        if not op_takes(op, "sliding_window"):
-            raise ValueError(f"dlinfer attention: {name} needs a sliding window of {window}, which this"
-                             f" dlinfer.ops.{op} does not take")
-        extra["sliding_window"] = int(window)
-    if softcap is not None:
-        if not op_takes(op, "logit_softcapping"):
-            raise ValueError(f"dlinfer attention: {name} needs score soft-capping {softcap}, which this"
-                             f" dlinfer.ops.{op} does not take")
-        extra["logit_softcapping"] = float(softcap)
-    return extra
+def _claim(name: str, cache: PagedCache, layer: int) -> None:
+    """Refuse a second attention call for ``layer`` in one forward (it would write the step's keys twice)."""
+    if layer in cache.attended:
+        raise ValueError(f"dlinfer attention: {name} calls the attention function more than once for layer {layer}"
+                         " (one cache write per layer and step); unsupported by the paged cache")
 
 
 def _packed(x: Tensor, ctx: StepContext) -> Tensor:
     """``(batch, heads, q_len, dim)`` -> token-packed ``(tokens, heads, dim)`` (real tokens only)."""
     flat = x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
     return flat if ctx.token_index is None else flat.index_select(0, ctx.token_index)
+
+
+def attend_tokens(name: str, query: Tensor, key: Tensor, value: Tensor, ctx: StepContext, cache: PagedCache,
+                  layer: int, scaling: float | None, window: int | None, softcap: float | None) -> Tensor:
+    """The paged attention of one layer and step on token-packed ``(tokens, heads, head_dim)`` query, key and
+    value (the step's real tokens, in ``ctx``'s order): the keys and values are written to the layer's pools
+    (``fill_kv_cache``), then ``prefill_attention``, ``paged_prefill_attention`` (cached tokens before a
+    multi-token step) or ``paged_decode_attention`` runs; returns ``(tokens, num_q_heads, head_dim)``. The
+    operators are called in their schema form (``torch.ops.dlinfer``, every argument positionally)."""
+    num_q_heads, num_kv_heads, head_dim = query.shape[1], key.shape[1], key.shape[2]
+    window = _with_cache_window(name, ctx, window, cache.layer_windows.get(layer))
+    if window is not None and ctx.max_kv_seq_len <= window:
+        window = None  # no query of the step sees past it
+    elif window is not None:
+        window = int(window)
+    softcap = None if softcap is None else float(softcap)
+    key_cache, value_cache, quant = cache.layer_pools(layer, num_kv_heads, head_dim)
+    cache.written.add(layer)
+    cache.attended.add(layer)
+    bits = cache.kv_quant_bits
+    k_scale, k_zero, v_scale, v_zero = (None, None, None, None) if quant is None else quant
+    call(_FILL, key, value, key_cache, value_cache, ctx.kv_indices, k_scale, k_zero, v_scale, v_zero, bits)
+    if ctx.is_decoding:
+        return call(_DECODE, query, key_cache, value_cache, ctx.block_table, cache.block_size, ctx.kv_seq_len,
+                    ctx.max_kv_seq_len, num_q_heads, num_kv_heads, scaling, None, k_scale, k_zero, v_scale, v_zero,
+                    bits, window, softcap)
+    if ctx.has_past:
+        return call(_PAGED_PREFILL, query, key, value, key_cache, value_cache, ctx.block_table, cache.block_size,
+                    ctx.q_start_loc, ctx.q_seq_len, ctx.kv_seq_len, ctx.max_q_seq_len, num_q_heads, num_kv_heads,
+                    [], scaling, None, k_scale, k_zero, v_scale, v_zero, bits, ctx.max_kv_seq_len, window, softcap)
+    return call(_PREFILL, query, key, value, ctx.q_start_loc, ctx.q_seq_len, ctx.max_q_seq_len, num_q_heads,
+                num_kv_heads, [], scaling, None, window, softcap)
+
+
+def unpacked(out: Tensor, ctx: StepContext) -> Tensor:
+    """Token-packed ``(tokens, heads, dim)`` -> ``(batch, q_len, heads, dim)``; padding positions get zeros."""
+    if ctx.token_index is not None:
+        full = out.new_zeros((ctx.batch_size * ctx.q_len, out.shape[1], out.shape[2]))
+        out = full.index_copy(0, ctx.token_index, out)
+    return out.reshape(ctx.batch_size, ctx.q_len, out.shape[1], out.shape[2])
+
+
+def attend_layer(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+                 cache: PagedCache, scaling: float | None, window: int | None, softcap: float | None,
+                 dropout: float, kwargs: dict[str, Any]) -> Tensor:
+    """The attention of a replaced attention module (fused.AttentionMixin) over ``cache``, without transformers'
+    ``(batch, heads, q_len, dim)`` layout: query/key/value ``(batch, q_len, heads, head_dim)`` as its projections
+    give them; returns ``(batch, q_len, num_q_heads, head_dim)``. The same checks and operators as
+    :func:`dlinfer_attention`."""
+    name = type(module).__name__
+    _check_keywords(name, module, dropout, kwargs)
+    layer = module.layer_idx
+    _claim(name, cache, layer)
+    ctx, window = _context_and_window(attention_mask, cache, query.shape[1], name, module,
+                                      {"sliding_window": window})
+    tokens = query.shape[0] * query.shape[1]
+    q = query.reshape(tokens, query.shape[2], query.shape[3])
+    k = key.reshape(tokens, key.shape[2], key.shape[3])
+    v = value.reshape(tokens, value.shape[2], value.shape[3])
+    if ctx.token_index is not None:
+        q, k, v = q.index_select(0, ctx.token_index), k.index_select(0, ctx.token_index), v.index_select(
+            0, ctx.token_index)
+    return unpacked(attend_tokens(name, q, k, v, ctx, cache, layer, scaling, window, softcap), ctx)
 
 
 def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
@@ -149,8 +202,7 @@ def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
                            " dlinfer.framework.transformers.install(model))")
     name = type(module).__name__
     _check_keywords(name, module, dropout, kwargs)
-    batch, num_q_heads, q_len, head_dim = query.shape
-    num_kv_heads = key.shape[1]
+    q_len, head_dim = query.shape[2], query.shape[3]
     if key.shape[2] != q_len or value.shape[2] != q_len:
         raise ValueError(f"dlinfer attention: {name} passes {key.shape[2]} keys for {q_len} new tokens (keys other"
                          " than the step's own); unsupported by the paged cache")
@@ -161,46 +213,12 @@ def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     layer = layer if isinstance(layer, int) else cache.last_updated
     if layer is None:
         raise ValueError(f"dlinfer attention: {name} has no layer_idx and called no cache.update()")
-    if layer in cache.attended:
-        raise ValueError(f"dlinfer attention: {name} calls the attention function more than once for layer {layer}"
-                         " (one cache write per layer and step); unsupported by the paged cache")
+    _claim(name, cache, layer)
     handed = cache.updated_ids.get(layer)
     if handed is not None and handed != (id(key), id(value)):
         raise ValueError(f"dlinfer attention: {name} changes the keys/values cache.update() handed back before"
                          " attending (the paged cache would hold other values than it attends to); unsupported")
     ctx, window = _context_and_window(attention_mask, cache, q_len, name, module, kwargs)
-    window = _with_cache_window(name, ctx, window, cache.layer_windows.get(layer))
-    softcap = kwargs.get("softcap")
-    key_cache, value_cache, quant = cache.layer_pools(layer, num_kv_heads, head_dim)
-    cache.written.add(layer)
-    cache.attended.add(layer)
-    bits = cache.kv_quant_bits
-    q, k, v = _packed(query, ctx), _packed(key, ctx), _packed(value, ctx)
-    if quant is None:
-        ops.fill_kv_cache(k, v, key_cache, value_cache, ctx.kv_indices)
-        scales = zeros = None
-    else:
-        k_scale, k_zero, v_scale, v_zero = quant
-        ops.fill_kv_cache(k, v, key_cache, value_cache, ctx.kv_indices, k_scales_zeros=(k_scale, k_zero),
-                          v_scales_zeros=(v_scale, v_zero), quant_bits=bits)
-        scales, zeros = (k_scale, v_scale), (k_zero, v_zero)
-    if ctx.is_decoding:
-        extra = _extras("paged_decode_attention", name, window, softcap, ctx)
-        out = ops.paged_decode_attention(q, key_cache, value_cache, ctx.block_table, cache.block_size, ctx.q_end_loc,
-                                         ctx.kv_seq_len, ctx.max_kv_seq_len, num_q_heads, num_kv_heads,
-                                         softmax_scale=scaling, kv_scales=scales, kv_zeros=zeros, quant_bits=bits,
-                                         **extra)
-    elif ctx.has_past:
-        extra = _extras("paged_prefill_attention", name, window, softcap, ctx)
-        out = ops.paged_prefill_attention(q, k, v, key_cache, value_cache, ctx.block_table, cache.block_size,
-                                          ctx.q_end_loc, ctx.kv_seq_len, ctx.max_q_seq_len, ctx.max_kv_seq_len,
-                                          num_q_heads, num_kv_heads, softmax_scale=scaling, kv_scales=scales,
-                                          kv_zeros=zeros, quant_bits=bits, **extra)
-    else:
-        extra = _extras("prefill_attention", name, window, softcap, ctx)
-        out = ops.prefill_attention(q, k, v, key_cache, value_cache, ctx.q_seq_len, ctx.kv_seq_len,
-                                    ctx.max_q_seq_len, num_q_heads, num_kv_heads, softmax_scale=scaling, **extra)
-    if ctx.token_index is not None:
-        full = out.new_zeros((batch * q_len, num_q_heads, out.shape[-1]))
-        out = full.index_copy(0, ctx.token_index, out)
-    return out.reshape(batch, q_len, num_q_heads, -1), None
+    out = attend_tokens(name, _packed(query, ctx), _packed(key, ctx), _packed(value, ctx), ctx, cache, layer, scaling,
+                        window, kwargs.get("softcap"))
+    return unpacked(out, ctx), None

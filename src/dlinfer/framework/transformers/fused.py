@@ -17,12 +17,22 @@ from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-import dlinfer.ops as ops
+from dlinfer.ops.library import call
 
+from .attention import ATTENTION_NAME, attend_layer
 from .merged import merged_projection
+from .paged_cache import PagedCache
 
 __all__ = ["AttentionMixin", "DecoderLayerMixin", "FusedGatedMLPMixin", "GatedMLPMixin", "OWN_ATTENTION",
            "OffsetRMSNormMixin", "RMSNormMixin", "RouterMixin", "attention_settings", "norm_weight"]
+
+# the operators in their schema form (every argument positionally, ``call`` as op mode calls them): the mixins
+# already hold their arguments in that form, so LMDeploy's call-form wrappers (dlinfer.ops) would only add calls
+_RMS_NORM = torch.ops.dlinfer.rms_norm
+_ADD_RMS_NORM = torch.ops.dlinfer.add_rms_norm
+_ROTARY = torch.ops.dlinfer.apply_rotary_pos_emb
+_SILU_AND_MUL = torch.ops.dlinfer.silu_and_mul
+_MOE_GATING = torch.ops.dlinfer.moe_gating_topk_softmax
 
 #: attention implementations the replaced attention computes itself (dlinfer's, and the probe's recorder); under
 #: any other the module's own forward runs
@@ -42,7 +52,7 @@ class RMSNormMixin:
     _dlinfer_eps: float
 
     def forward(self, hidden_states: Tensor) -> Tensor:
-        return ops.rms_norm(hidden_states, self.weight, self._dlinfer_eps)
+        return call(_RMS_NORM, hidden_states, self.weight, self._dlinfer_eps)
 
 
 class OffsetRMSNormMixin:
@@ -52,7 +62,7 @@ class OffsetRMSNormMixin:
     _dlinfer_eps: float
 
     def forward(self, hidden_states: Tensor) -> Tensor:
-        return ops.rms_norm(hidden_states, norm_weight(self.weight, True), self._dlinfer_eps)
+        return call(_RMS_NORM, hidden_states, norm_weight(self.weight, True), self._dlinfer_eps)
 
 
 class GatedMLPMixin:
@@ -64,8 +74,11 @@ class GatedMLPMixin:
 
     def forward(self, x: Tensor) -> Tensor:
         merged = merged_projection(self, ("gate_proj", "up_proj"))  # type: ignore[arg-type]
-        gate_up = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1) if merged is None else F.linear(x, *merged)
-        return self.down_proj(ops.silu_and_mul(gate_up))
+        if merged is None:
+            gate_up = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
+        else:
+            gate_up = F.linear(x, merged[0], merged[1])
+        return self.down_proj(call(_SILU_AND_MUL, gate_up, -1))
 
 
 class FusedGatedMLPMixin:
@@ -75,7 +88,7 @@ class FusedGatedMLPMixin:
     down_proj: nn.Linear
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(call(_SILU_AND_MUL, self.gate_up_proj(x), -1))
 
 
 class RouterMixin:
@@ -89,7 +102,7 @@ class RouterMixin:
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         logits = F.linear(hidden_states.reshape(-1, self.weight.shape[-1]), self.weight)
-        weights, ids = ops.moe_gating_topk_softmax(logits, self.top_k, renormalize=self._dlinfer_renormalize)
+        weights, ids = call(_MOE_GATING, logits, self.top_k, self._dlinfer_renormalize)
         return logits, weights.to(logits.dtype) if self._dlinfer_casts else weights, ids
 
 
@@ -125,8 +138,7 @@ class AttentionMixin:
         if merged is None:
             q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
         else:
-            sizes = (self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features)
-            q, k, v = F.linear(hidden_states, *merged).split(sizes, dim=-1)
+            q, k, v = F.linear(hidden_states, merged[0], merged[1]).split_with_sizes(merged[2], dim=-1)
         q, k, v = q.reshape(shape), k.reshape(shape), v.reshape(shape)
         q_norm, k_norm = self._dlinfer_norms
         if q_norm is not None:
@@ -134,17 +146,21 @@ class AttentionMixin:
         if k_norm is not None:
             k = k_norm(k)
         cos, sin = position_embeddings  # type: ignore[misc]
-        q, k = ops.apply_rotary_pos_emb(q, k, cos, sin)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = call(_ROTARY, q, k, cos, sin, None, None)
         cache = kwargs.pop("cache", None)
         legacy = kwargs.pop("past_key_values", None)
         cache = legacy if cache is None else cache
+        dropout = self._dlinfer_dropout if self.training else 0.0
+        if implementation == ATTENTION_NAME and isinstance(cache, PagedCache):  # no (batch, heads, len) transposes
+            out = attend_layer(self, q, k, v, attention_mask, cache, self.scaling, self._dlinfer_window,
+                               self._dlinfer_softcap, dropout, kwargs)
+            return self.o_proj(out.reshape(*input_shape, -1)), None
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         out, weights = ALL_ATTENTION_FUNCTIONS[implementation](
-            self, q, k, v, attention_mask, dropout=self._dlinfer_dropout if self.training else 0.0,
-            scaling=self.scaling, sliding_window=self._dlinfer_window, softcap=self._dlinfer_softcap, cache=cache,
-            **kwargs)
+            self, q, k, v, attention_mask, dropout=dropout, scaling=self.scaling, sliding_window=self._dlinfer_window,
+            softcap=self._dlinfer_softcap, cache=cache, **kwargs)
         return self.o_proj(out.reshape(*input_shape, -1)), weights
 
 
@@ -185,6 +201,6 @@ class DecoderLayerMixin:
         weight = self.post_attention_layernorm.weight
         if self._dlinfer_offset:
             weight = norm_weight(weight, True)  # type: ignore[arg-type]
-        hidden_states, residual = ops.add_rms_norm(attn, residual, weight, self._dlinfer_eps)
+        hidden_states, residual = call(_ADD_RMS_NORM, attn, residual, weight, self._dlinfer_eps)
         out = self.mlp(hidden_states)
         return residual + (out[0] if isinstance(out, tuple) else out)

@@ -40,25 +40,37 @@ def _merge(layers: list[nn.Module]) -> tuple[Tensor, Tensor | None]:
     return weight, bias
 
 
-def merged_projection(owner: nn.Module, names: tuple[str, ...]) -> tuple[Tensor, Tensor | None] | None:
-    """``(weight, bias)`` whose row blocks are ``owner``'s Linear layers ``names`` (in that order), or None when
-    they cannot share one multiply (another Linear class, dtypes, devices, input sizes or biases that differ)."""
-    state = getattr(owner, "_dlinfer_merged", None)
+def _pointers(layer: nn.Module) -> tuple[int, int]:
+    params = layer._parameters
+    bias = params.get("bias")
+    return params["weight"].data_ptr(), 0 if bias is None else bias.data_ptr()
+
+
+def merged_projection(owner: nn.Module, names: tuple[str, ...]) -> tuple[Tensor, Tensor | None, tuple[int, ...]] | None:
+    """``(weight, bias, sizes)``: ``weight``'s (and ``bias``'s) row blocks are ``owner``'s Linear layers ``names``
+    (in that order), ``sizes`` their output sizes; or None when they cannot share one multiply (another Linear
+    class, dtypes, devices, input sizes or biases that differ)."""
+    state = owner.__dict__.get("_dlinfer_merged")
     if torch.compiler.is_compiling():  # traced: the eager steps merged (or not) already; no storage checks
         if state is None or state[0] != names:
             return None
         first = getattr(owner, names[0]).weight
         if state[1].dtype != first.dtype or state[1].device != first.device:
             return None  # converted since the merge (model.to): the layers' own weights
-        return state[1], state[2]
-    layers = [owner._modules.get(name) for name in names]
-    if state is not None and state[0] == names:
-        _, weight, bias, pointers = state
-        if pointers == tuple(layer.weight.data_ptr() for layer in layers):
-            return weight, bias
+        return state[1], state[2], state[4]
+    modules = owner._modules
+    if state is not None and state[0] == names:  # the layers' parameters still the views made (every call: cheap)
+        for name, pointers in zip(names, state[3], strict=True):
+            layer = modules.get(name)
+            if layer is None or _pointers(layer) != pointers:
+                break
+        else:
+            return state[1], state[2], state[4]
+    layers = [modules.get(name) for name in names]
     if not _mergeable(layers):
         owner.__dict__["_dlinfer_merged"] = None
         return None
     weight, bias = _merge(layers)
-    owner.__dict__["_dlinfer_merged"] = (names, weight, bias, tuple(layer.weight.data_ptr() for layer in layers))
-    return weight, bias
+    sizes = tuple(layer.weight.shape[0] for layer in layers)
+    owner.__dict__["_dlinfer_merged"] = (names, weight, bias, tuple(map(_pointers, layers)), sizes)
+    return weight, bias, sizes
