@@ -253,6 +253,25 @@ def test_moe_gating_and_fused_moe(dtype):
     judge(out, dense, dtype)
 
 
+def test_fused_moe_grouped_multiply_equals_the_per_expert_loop():
+    """The grouped path (one multiply per projection for all experts, rows 16-byte aligned) and the per-expert loop
+    (any other layout or dtype) compute the same; an expert id past the experts is one line."""
+    from dlinfer.reference import moe
+
+    g = torch.Generator().manual_seed(81)
+    for hidden, inter in ((16, 8), (6, 5)):  # aligned: grouped; 6 / 5 floats per row: the loop
+        x = torch.randn(7, hidden, generator=g)
+        gu, down = torch.randn(5, 2 * inter, hidden, generator=g), torch.randn(5, hidden, inter, generator=g)
+        w, ids = llm.moe_gating_topk_softmax(torch.randn(7, 5, generator=g), 3)
+        assert moe._aligned(x, gu, down) is (hidden == 16)
+        grouped = llm.fused_moe(x, gu, down, w, ids, 3)
+        loop = llm.fused_moe(x.double(), gu.double(), down.double(), w, ids, 3)  # float64: always the loop
+        torch.testing.assert_close(grouped, loop.float(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="topk_ids hold an expert id >= num_experts"):
+        llm.fused_moe(torch.randn(2, 16), torch.randn(2, 16, 16), torch.randn(2, 16, 8), torch.ones(2, 1),
+                      torch.tensor([[0], [2]]), 1)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_linear(dtype):
     g = torch.Generator().manual_seed(90)

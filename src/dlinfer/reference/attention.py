@@ -184,6 +184,28 @@ def _check_table(op: str, key_cache: Tensor, block_table: Tensor, block_size: in
                          f"that {length} positions of block_size {block_size} need")
 
 
+#: the prefill step's layout (padding gather, unpacking index, additive mask), once per step for all layers
+_PREFILL_LAYOUT = StepMemo()
+
+
+def _prefill_layout(q_start_loc: Tensor, q_seq_len: Tensor, num_tokens: int, max_q: int, window: int | None,
+                    dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """``(padding gather (B * max_q,) token indices, unpacking index (num_tokens,) into the padded rows, additive
+    causal mask (B, 1, max_q, max_q) in dtype)`` of a prefill step; the layers of one step pass the same lengths,
+    so the layout is computed once per step."""
+    extra = (num_tokens, max_q, window, dtype)
+    found = _PREFILL_LAYOUT.get((q_start_loc, q_seq_len), extra)
+    if found is not None:
+        return found
+    seq, index, gather, valid = _token_layout(q_start_loc, q_seq_len, num_tokens, max_q)
+    pos = torch.arange(max_q, device=q_seq_len.device)
+    allowed = _window((pos.view(1, -1) <= pos.view(-1, 1)).unsqueeze(0) & valid.unsqueeze(1), pos, pos, window)
+    mask = torch.where(allowed, 0.0, float("-inf")).to(dtype).unsqueeze(1)
+    found = (gather.reshape(-1), seq * max_q + index, mask)
+    _PREFILL_LAYOUT.put((q_start_loc, q_seq_len), extra, found)
+    return found
+
+
 @reference("prefill_attention")
 def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Tensor, q_seq_len: Tensor,
                       max_q_seq_len: int, num_q_heads: int, num_kv_heads: int, attn_mask: list[Tensor | None],
@@ -193,6 +215,18 @@ def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Te
     op = "prefill_attention"
     check_prefill(query, key, value, q_start_loc, q_seq_len, num_q_heads, num_kv_heads)
     num_tokens = query.shape[0]
+    if not attn_mask and alibi_slopes is None and not logit_softcapping:
+        # the hot path: the step's padding layout and mask are the same for every layer (memoised); the sequences
+        # padded into one batch by one gather each, one fused attention call, the real rows picked back
+        gather, unpack, mask = _prefill_layout(q_start_loc, q_seq_len, num_tokens, max_q_seq_len, sliding_window,
+                                               query.dtype)
+        batch = q_seq_len.shape[0]
+        q = query.index_select(0, gather).view(batch, max_q_seq_len, num_q_heads, -1).transpose(1, 2)
+        k = key.index_select(0, gather).view(batch, max_q_seq_len, num_kv_heads, -1).transpose(1, 2)
+        v = value.index_select(0, gather).view(batch, max_q_seq_len, num_kv_heads, -1).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=softmax_scale,
+                                             enable_gqa=num_q_heads != num_kv_heads)
+        return out.transpose(1, 2).reshape(batch * max_q_seq_len, num_q_heads, -1).index_select(0, unpack)
     seq, index, gather, valid = _token_layout(q_start_loc, q_seq_len, num_tokens, max_q_seq_len)
     pos = torch.arange(max_q_seq_len, device=query.device)
     allowed = (pos.view(1, -1) <= pos.view(-1, 1)).unsqueeze(0) & valid.unsqueeze(1)    # (B, L, S)
@@ -239,21 +273,22 @@ _LAYOUT = StepMemo()
 
 def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, length: int,
                    dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """``(flat block indices of every sequence's first length positions, additive key mask (B, 1, 1, S) in
-    dtype: 0 where a key is cached, -inf past the sequence's length)`` of a decode step; the layers of one step
-    pass the same tensors, so the layout is computed once per step."""
+    """``(block indices of the blocks holding every sequence's first length positions, flat, additive key mask (B,
+    1, 1, blocks * block_size) in dtype: 0 where a key is cached, -inf past the sequence's length)`` of a decode
+    step; the layers of one step pass the same tensors, so the layout is computed once per step."""
     extra = (block_size, length, dtype)
     found = _LAYOUT.get((block_table, kv_seq_len), extra)
     if found is not None:
         return found
-    blocks = block_table[:, :-(-length // block_size)].reshape(-1)  # check_paged_decode checked the width
-    if blocks.dtype != torch.int64:
-        blocks = blocks.long()
-    cached = torch.arange(length, device=kv_seq_len.device) < kv_seq_len.view(-1, 1)
-    # the additive form (SDPA would build it from a boolean mask on every call)
-    mask = torch.where(cached, 0.0, float("-inf")).to(dtype).view(kv_seq_len.shape[0], 1, 1, length)
-    _LAYOUT.put((block_table, kv_seq_len), extra, (blocks, mask))
-    return blocks, mask
+    num = -(-length // block_size)  # check_paged_decode checked the table's width
+    blocks = (block_table if block_table.shape[1] == num else block_table[:, :num]).reshape(-1)
+    # the additive form (SDPA would build it from a boolean mask on every call), over whole blocks (the gathered
+    # keys need no slicing), (B, 1, 1, W) by broadcasting
+    cached = torch.arange(num * block_size, device=kv_seq_len.device) < kv_seq_len.view(-1, 1, 1, 1)
+    mask = torch.where(cached, 0.0, float("-inf"))
+    found = (blocks, mask if mask.dtype == dtype else mask.to(dtype))
+    _LAYOUT.put((block_table, kv_seq_len), extra, found)
+    return found
 
 
 @reference("paged_decode_attention")
@@ -271,8 +306,8 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
         # one gather per cache, one fused attention call
         blocks, mask = _decode_layout(block_table, kv_seq_len, block_size, max_kv_seq_len, query.dtype)
         shape = (query.shape[0], -1, key_cache.shape[2], key_cache.shape[3])
-        k = key_cache.index_select(0, blocks).view(shape)[:, :max_kv_seq_len].transpose(1, 2)
-        v = value_cache.index_select(0, blocks).view(shape)[:, :max_kv_seq_len].transpose(1, 2)
+        k = key_cache.index_select(0, blocks).view(shape).transpose(1, 2)
+        v = value_cache.index_select(0, blocks).view(shape).transpose(1, 2)
         return F.scaled_dot_product_attention(query.unsqueeze(2), k, v, attn_mask=mask, scale=softmax_scale,
                                               enable_gqa=num_q_heads != num_kv_heads).squeeze(2)
     op = "paged_decode_attention"

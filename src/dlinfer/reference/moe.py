@@ -25,6 +25,37 @@ def moe_gating_topk_softmax(router_logits: Tensor, topk: int, renormalize: bool)
     return weights, ids.to(torch.int64)
 
 
+#: the grouped matrix multiply (one call for all experts' rows), where this torch has one; the dtypes it takes
+_GROUPED_MM = getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+_GROUPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _aligned(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor) -> bool:
+    """Whether the grouped multiply takes these operands: every row stride and start a multiple of 16 bytes."""
+    size = hidden_states.element_size()
+    return (hidden_states.shape[1] * size % 16 == 0 and down_weights.shape[2] * size % 16 == 0
+            and all(t.data_ptr() % 16 == 0 and t.is_contiguous() for t in (gate_up_weights, down_weights)))
+
+
+def _grouped(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor, weights: Tensor, ids: Tensor,
+             topk: int) -> Tensor:
+    """``fused_moe`` with the (token, expert) pairs sorted by expert and one grouped multiply per projection, the
+    weighted results summed over each token's experts in their top-k order (transformers' grouped_mm order)."""
+    num_experts = gate_up_weights.shape[0]
+    flat = ids.reshape(-1)
+    _, order = torch.sort(flat)
+    counts = torch.bincount(flat, minlength=num_experts)
+    if counts.shape[0] != num_experts:
+        raise ValueError(f"fused_moe: topk_ids hold an expert id >= num_experts ({num_experts})")
+    offsets = counts.cumsum(0, dtype=torch.int32)
+    rows = hidden_states.index_select(0, order // topk)
+    gate, up = _GROUPED_MM(rows, gate_up_weights.transpose(-2, -1), offs=offsets).chunk(2, dim=-1)
+    out = _GROUPED_MM(torch.nn.functional.silu(gate) * up, down_weights.transpose(-2, -1), offs=offsets)
+    out = out * weights.reshape(-1).index_select(0, order).unsqueeze(-1)
+    out = torch.empty_like(out).index_copy_(0, order, out)  # back in (token, k) order
+    return out.view(hidden_states.shape[0], topk, -1).sum(dim=1)
+
+
 @reference("fused_moe")
 def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor, topk_weights: Tensor,
               topk_ids: Tensor, topk: int, renormalize: bool) -> Tensor:
@@ -49,6 +80,9 @@ def fused_moe(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tens
         weights = weights / weights.sum(dim=-1, keepdim=True)
     weights = weights.to(hidden_states.dtype)
     ids = topk_ids.long()
+    if _GROUPED_MM is not None and hidden_states.dtype in _GROUPED_DTYPES and hidden_states.shape[0] and _aligned(
+            hidden_states, gate_up_weights, down_weights):
+        return _grouped(hidden_states, gate_up_weights, down_weights, weights, ids, topk)
     out = torch.zeros_like(hidden_states)
     mask = torch.nn.functional.one_hot(ids, num_classes=num_experts).permute(2, 1, 0)     # (E, topk, T)
     hit = torch.nonzero(mask.sum(dim=(1, 2)) > 0).flatten().tolist()

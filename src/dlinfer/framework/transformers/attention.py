@@ -160,11 +160,10 @@ def attend_tokens(name: str, query: Tensor, key: Tensor, value: Tensor, ctx: Ste
 
 
 def unpacked(out: Tensor, ctx: StepContext) -> Tensor:
-    """Token-packed ``(tokens, heads, dim)`` -> ``(batch, q_len, heads, dim)``; padding positions get zeros."""
-    if ctx.token_index is not None:
-        full = out.new_zeros((ctx.batch_size * ctx.q_len, out.shape[1], out.shape[2]))
-        out = full.index_copy(0, ctx.token_index, out)
-    return out.reshape(ctx.batch_size, ctx.q_len, out.shape[1], out.shape[2])
+    """Token-packed ``(tokens, heads, dim)`` -> ``(batch * q_len, heads, dim)``; padding positions get zeros."""
+    if ctx.token_index is None:
+        return out
+    return out.new_zeros((ctx.batch_size * ctx.q_len, out.shape[1], out.shape[2])).index_copy_(0, ctx.token_index, out)
 
 
 def attend_layer(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
@@ -172,22 +171,26 @@ def attend_layer(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, a
                  dropout: float, kwargs: dict[str, Any]) -> Tensor:
     """The attention of a replaced attention module (fused.AttentionMixin) over ``cache``, without transformers'
     ``(batch, heads, q_len, dim)`` layout: query/key/value ``(batch, q_len, heads, head_dim)`` as its projections
-    give them; returns ``(batch, q_len, num_q_heads, head_dim)``. The same checks and operators as
+    give them; returns ``(batch, q_len, num_q_heads * head_dim)``. The same checks and operators as
     :func:`dlinfer_attention`."""
     name = type(module).__name__
     _check_keywords(name, module, dropout, kwargs)
     layer = module.layer_idx
     _claim(name, cache, layer)
-    ctx, window = _context_and_window(attention_mask, cache, query.shape[1], name, module,
-                                      {"sliding_window": window})
-    tokens = query.shape[0] * query.shape[1]
-    q = query.reshape(tokens, query.shape[2], query.shape[3])
-    k = key.reshape(tokens, key.shape[2], key.shape[3])
-    v = value.reshape(tokens, value.shape[2], value.shape[3])
+    if isinstance(attention_mask, StepContext) and attention_mask.mask_judged and not attention_mask.mask_problem:
+        ctx, window = attention_mask, attention_mask.window
+    else:
+        ctx, window = _context_and_window(attention_mask, cache, query.shape[1], name, module,
+                                          {"sliding_window": window})
+    batch, q_len = query.shape[0], query.shape[1]
+    q = query.reshape(batch * q_len, query.shape[2], query.shape[3])
+    k = key.reshape(batch * q_len, key.shape[2], key.shape[3])
+    v = value.reshape(batch * q_len, value.shape[2], value.shape[3])
     if ctx.token_index is not None:
-        q, k, v = q.index_select(0, ctx.token_index), k.index_select(0, ctx.token_index), v.index_select(
-            0, ctx.token_index)
-    return unpacked(attend_tokens(name, q, k, v, ctx, cache, layer, scaling, window, softcap), ctx)
+        index = ctx.token_index
+        q, k, v = q.index_select(0, index), k.index_select(0, index), v.index_select(0, index)
+    out = unpacked(attend_tokens(name, q, k, v, ctx, cache, layer, scaling, window, softcap), ctx)
+    return out.reshape(batch, q_len, -1)
 
 
 def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
@@ -202,7 +205,7 @@ def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
                            " dlinfer.framework.transformers.install(model))")
     name = type(module).__name__
     _check_keywords(name, module, dropout, kwargs)
-    q_len, head_dim = query.shape[2], query.shape[3]
+    batch, num_q_heads, q_len, head_dim = query.shape
     if key.shape[2] != q_len or value.shape[2] != q_len:
         raise ValueError(f"dlinfer attention: {name} passes {key.shape[2]} keys for {q_len} new tokens (keys other"
                          " than the step's own); unsupported by the paged cache")
@@ -221,4 +224,4 @@ def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     ctx, window = _context_and_window(attention_mask, cache, q_len, name, module, kwargs)
     out = attend_tokens(name, _packed(query, ctx), _packed(key, ctx), _packed(value, ctx), ctx, cache, layer, scaling,
                         window, kwargs.get("softcap"))
-    return unpacked(out, ctx), None
+    return unpacked(out, ctx).reshape(batch, q_len, num_q_heads, -1), None

@@ -115,11 +115,11 @@ def decode_context(manager: BlockManager, cached: list[int], previous: StepConte
         starts, ends = steps[:-1].to(device), steps[1:].to(device)
     return StepContext(
         block_table=table,
-        kv_seq_len=torch.tensor(cached, dtype=torch.int32).to(device),
+        kv_seq_len=torch.tensor(cached, dtype=torch.int32, device=device),
         q_seq_len=ones,
         q_start_loc=starts,
         q_end_loc=ends,
-        kv_indices=torch.tensor(slots, dtype=torch.int64).to(device),
+        kv_indices=torch.tensor(slots, dtype=torch.int64, device=device),
         token_index=None,
         max_q_seq_len=1,
         max_kv_seq_len=max(cached),

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
+from torch.nn.modules import module as _hooks
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from dlinfer.ops.library import call
@@ -23,7 +24,7 @@ from .attention import ATTENTION_NAME, attend_layer
 from .merged import merged_projection
 from .paged_cache import PagedCache
 
-__all__ = ["AttentionMixin", "DecoderLayerMixin", "FusedGatedMLPMixin", "GatedMLPMixin", "OWN_ATTENTION",
+__all__ = ["run", "AttentionMixin", "DecoderLayerMixin", "FusedGatedMLPMixin", "GatedMLPMixin", "OWN_ATTENTION",
            "OffsetRMSNormMixin", "RMSNormMixin", "RouterMixin", "attention_settings", "norm_weight"]
 
 # the operators in their schema form (every argument positionally, ``call`` as op mode calls them): the mixins
@@ -33,6 +34,18 @@ _ADD_RMS_NORM = torch.ops.dlinfer.add_rms_norm
 _ROTARY = torch.ops.dlinfer.apply_rotary_pos_emb
 _SILU_AND_MUL = torch.ops.dlinfer.silu_and_mul
 _MOE_GATING = torch.ops.dlinfer.moe_gating_topk_softmax
+
+def run(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """``module(*args, **kwargs)``, through its ``forward`` directly when calling it would run nothing else (no
+    hooks of its own or global ones, no JIT tracing): ``Module.__call__``'s bookkeeping is skipped, never a hook."""
+    if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
+            or _hooks._global_forward_hooks or _hooks._global_forward_pre_hooks or _hooks._global_backward_hooks
+            or _hooks._global_backward_pre_hooks or _tracing_state()):
+        return module(*args, **kwargs)
+    return module.forward(*args, **kwargs)
+
+
+_tracing_state = torch._C._get_tracing_state
 
 #: attention implementations the replaced attention computes itself (dlinfer's, and the probe's recorder); under
 #: any other the module's own forward runs
@@ -75,10 +88,10 @@ class GatedMLPMixin:
     def forward(self, x: Tensor) -> Tensor:
         merged = merged_projection(self, ("gate_proj", "up_proj"))  # type: ignore[arg-type]
         if merged is None:
-            gate_up = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)
+            gate_up = torch.cat((run(self.gate_proj, x), run(self.up_proj, x)), dim=-1)
         else:
             gate_up = F.linear(x, merged[0], merged[1])
-        return self.down_proj(call(_SILU_AND_MUL, gate_up, -1))
+        return run(self.down_proj, call(_SILU_AND_MUL, gate_up, -1))
 
 
 class FusedGatedMLPMixin:
@@ -88,7 +101,7 @@ class FusedGatedMLPMixin:
     down_proj: nn.Linear
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(call(_SILU_AND_MUL, self.gate_up_proj(x), -1))
+        return run(self.down_proj, call(_SILU_AND_MUL, run(self.gate_up_proj, x), -1))
 
 
 class RouterMixin:
@@ -133,18 +146,21 @@ class AttentionMixin:
             return super().forward(hidden_states, position_embeddings=position_embeddings,  # type: ignore[misc]
                                    attention_mask=attention_mask, **kwargs)
         input_shape = hidden_states.shape[:-1]
-        shape = (*input_shape, -1, self.head_dim)
+        head_dim = self.head_dim
         merged = merged_projection(self, ("q_proj", "k_proj", "v_proj"))  # type: ignore[arg-type]
         if merged is None:
-            q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
-        else:
-            q, k, v = F.linear(hidden_states, merged[0], merged[1]).split_with_sizes(merged[2], dim=-1)
-        q, k, v = q.reshape(shape), k.reshape(shape), v.reshape(shape)
+            shape = (*input_shape, -1, head_dim)
+            q = run(self.q_proj, hidden_states).reshape(shape)
+            k, v = run(self.k_proj, hidden_states).reshape(shape), run(self.v_proj, hidden_states).reshape(shape)
+        else:  # one multiply, its output viewed as heads and split into the three projections' heads
+            sizes = merged[2]
+            q, k, v = F.linear(hidden_states, merged[0], merged[1]).view(*input_shape, -1, head_dim).split_with_sizes(
+                (sizes[0] // head_dim, sizes[1] // head_dim, sizes[2] // head_dim), dim=-2)
         q_norm, k_norm = self._dlinfer_norms
         if q_norm is not None:
-            q = q_norm(q)
+            q = run(q_norm, q)
         if k_norm is not None:
-            k = k_norm(k)
+            k = run(k_norm, k)
         cos, sin = position_embeddings  # type: ignore[misc]
         q, k = call(_ROTARY, q, k, cos, sin, None, None)
         cache = kwargs.pop("cache", None)
@@ -154,7 +170,7 @@ class AttentionMixin:
         if implementation == ATTENTION_NAME and isinstance(cache, PagedCache):  # no (batch, heads, len) transposes
             out = attend_layer(self, q, k, v, attention_mask, cache, self.scaling, self._dlinfer_window,
                                self._dlinfer_softcap, dropout, kwargs)
-            return self.o_proj(out.reshape(*input_shape, -1)), None
+            return run(self.o_proj, out), None
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
@@ -196,11 +212,11 @@ class DecoderLayerMixin:
         if args:
             kwargs.update(zip(_positional_names(self._dlinfer_original), args, strict=False))
         residual = hidden_states
-        attn = self.self_attn(self.input_layernorm(hidden_states), **kwargs)
+        attn = run(self.self_attn, run(self.input_layernorm, hidden_states), **kwargs)
         attn = attn[0] if isinstance(attn, tuple) else attn
         weight = self.post_attention_layernorm.weight
         if self._dlinfer_offset:
             weight = norm_weight(weight, True)  # type: ignore[arg-type]
         hidden_states, residual = call(_ADD_RMS_NORM, attn, residual, weight, self._dlinfer_eps)
-        out = self.mlp(hidden_states)
+        out = run(self.mlp, hidden_states)
         return residual + (out[0] if isinstance(out, tuple) else out)
