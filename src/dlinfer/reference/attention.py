@@ -189,19 +189,28 @@ _PREFILL_LAYOUT = StepMemo()
 
 
 def _prefill_layout(q_start_loc: Tensor, q_seq_len: Tensor, num_tokens: int, max_q: int, window: int | None,
-                    dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+                    dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(padding gather (B * max_q,) token indices, unpacking index (num_tokens,) into the padded rows, additive
-    causal mask (B, 1, max_q, max_q) in dtype)`` of a prefill step; the layers of one step pass the same lengths,
-    so the layout is computed once per step."""
+    mask (B, 1, max_q, max_q) in dtype or None)`` of a prefill step; the layers of one step pass the same
+    lengths, so the layout is computed once per step. The sequences are padded at their ends, so plain causal
+    attention needs no mask: a real query sees keys up to its own position, all real; only the padding rows
+    (dropped) see padding keys. A sliding window needs the mask."""
     extra = (num_tokens, max_q, window, dtype)
     found = _PREFILL_LAYOUT.get((q_start_loc, q_seq_len), extra)
     if found is not None:
         return found
-    seq, index, gather, valid = _token_layout(q_start_loc, q_seq_len, num_tokens, max_q)
+    batch = q_seq_len.shape[0]
     pos = torch.arange(max_q, device=q_seq_len.device)
-    allowed = _window((pos.view(1, -1) <= pos.view(-1, 1)).unsqueeze(0) & valid.unsqueeze(1), pos, pos, window)
-    mask = torch.where(allowed, 0.0, float("-inf")).to(dtype).unsqueeze(1)
-    found = (gather.reshape(-1), seq * max_q + index, mask)
+    gather = (q_start_loc.view(-1, 1) + pos).clamp_(max=max(num_tokens - 1, 0)).view(-1)
+    # packed token t of sequence b sits at padded row b * max_q + (t - start_b)
+    shift = torch.repeat_interleave(torch.arange(batch, device=pos.device) * max_q - q_start_loc, q_seq_len,
+                                    output_size=num_tokens)
+    unpack = shift + torch.arange(num_tokens, device=pos.device)
+    mask = None
+    if window is not None:
+        allowed = _window((pos.view(1, -1) <= pos.view(-1, 1)).unsqueeze(0), pos, pos, window)
+        mask = torch.where(allowed, 0.0, float("-inf")).to(dtype).unsqueeze(1)
+    found = (gather, unpack, mask)
     _PREFILL_LAYOUT.put((q_start_loc, q_seq_len), extra, found)
     return found
 
@@ -224,7 +233,7 @@ def prefill_attention(query: Tensor, key: Tensor, value: Tensor, q_start_loc: Te
         q = query.index_select(0, gather).view(batch, max_q_seq_len, num_q_heads, -1).transpose(1, 2)
         k = key.index_select(0, gather).view(batch, max_q_seq_len, num_kv_heads, -1).transpose(1, 2)
         v = value.index_select(0, gather).view(batch, max_q_seq_len, num_kv_heads, -1).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=softmax_scale,
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=softmax_scale,
                                              enable_gqa=num_q_heads != num_kv_heads)
         return out.transpose(1, 2).reshape(batch * max_q_seq_len, num_q_heads, -1).index_select(0, unpack)
     seq, index, gather, valid = _token_layout(q_start_loc, q_seq_len, num_tokens, max_q_seq_len)

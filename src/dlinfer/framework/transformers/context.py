@@ -49,12 +49,13 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
     manager.reserve({b: cached[b] + q_lens[b] for b in range(batch)})
     slots: list[int] = []
     flat: list[int] = []
+    block_size = manager.block_size
     for b, row in enumerate(valid):
-        position = cached[b]
+        position, table, base = cached[b], manager.tables.get(b, []), b * q_len
         for i, real in enumerate(row):
-            if real:
-                slots.append(manager.slot(b, position))
-                flat.append(b * q_len + i)
+            if real:  # manager.slot(b, position), inlined: this runs for every prompt token
+                slots.append(table[position // block_size] * block_size + position % block_size)
+                flat.append(base + i)
                 position += 1
     kv_lens = [cached[b] + q_lens[b] for b in range(batch)]
     rows = [manager.tables.get(b, []) for b in range(batch)]
@@ -64,17 +65,18 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
         starts[b] = starts[b - 1] + q_lens[b - 1]
     has_past = any(c > 0 for c in cached)
     padded = len(flat) != batch * q_len
-    # few host tensors, one copy each to the device (this runs every step)
-    small = torch.tensor([kv_lens, q_lens, starts, [s + n for s, n in zip(starts, q_lens, strict=True)]],
-                         dtype=torch.int32).to(device)
-    table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32).to(device)
-    indices = torch.tensor([slots, flat] if padded else [slots], dtype=torch.int64).to(device)
+    # few host tensors, one copy each to the device
+    kv_seq_len, q_seq_len, q_start_loc, q_end_loc = torch.tensor(
+        [kv_lens, q_lens, starts, [s + n for s, n in zip(starts, q_lens, strict=True)]], dtype=torch.int32,
+        device=device).unbind(0)
+    table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32, device=device)
+    indices = torch.tensor([slots, flat] if padded else [slots], dtype=torch.int64, device=device).unbind(0)
     ctx = StepContext(
         block_table=table,
-        kv_seq_len=small[0],
-        q_seq_len=small[1],
-        q_start_loc=small[2],
-        q_end_loc=small[3],
+        kv_seq_len=kv_seq_len,
+        q_seq_len=q_seq_len,
+        q_start_loc=q_start_loc,
+        q_end_loc=q_end_loc,
         kv_indices=indices[0],
         token_index=indices[1] if padded else None,
         max_q_seq_len=max(q_lens, default=0),
@@ -102,7 +104,7 @@ def decode_context(manager: BlockManager, cached: list[int], previous: StepConte
         manager.reserve(starting)
         rows = [manager.tables.get(b, []) for b in range(batch)]
         width = max(len(r) for r in rows)
-        table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32).to(device)
+        table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32, device=device)
     tables = manager.tables
     slots = [tables[b][n // block_size] * block_size + n % block_size for b, n in enumerate(cached)]
     for b in range(batch):
