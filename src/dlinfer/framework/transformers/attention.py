@@ -27,8 +27,8 @@ from .compat import get_cache
 from .context import StepContext
 from .paged_cache import PagedCache
 
-__all__ = ["ATTENTION_NAME", "active_cache", "attend_layer", "attend_tokens", "dlinfer_attention", "pop_cache",
-           "push_cache", "reset_active", "unpacked"]
+__all__ = ["ATTENTION_NAME", "active_cache", "attend_tokens", "dlinfer_attention", "layer_context", "pop_cache",
+           "push_cache", "reset_active", "token_rotary", "unpacked"]
 
 ATTENTION_NAME = "dlinfer"
 _FILL = torch.ops.dlinfer.fill_kv_cache
@@ -160,37 +160,40 @@ def attend_tokens(name: str, query: Tensor, key: Tensor, value: Tensor, ctx: Ste
 
 
 def unpacked(out: Tensor, ctx: StepContext) -> Tensor:
-    """Token-packed ``(tokens, heads, dim)`` -> ``(batch * q_len, heads, dim)``; padding positions get zeros."""
+    """Token-packed ``(tokens, ...)`` -> ``(batch * q_len, ...)``; padding positions get zeros."""
     if ctx.token_index is None:
         return out
-    return out.new_zeros((ctx.batch_size * ctx.q_len, out.shape[1], out.shape[2])).index_copy_(0, ctx.token_index, out)
+    return out.new_zeros((ctx.batch_size * ctx.q_len, *out.shape[1:])).index_copy_(0, ctx.token_index, out)
 
 
-def attend_layer(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
-                 cache: PagedCache, scaling: float | None, window: int | None, softcap: float | None,
-                 dropout: float, kwargs: dict[str, Any]) -> Tensor:
-    """The attention of a replaced attention module (fused.AttentionMixin) over ``cache``, without transformers'
-    ``(batch, heads, q_len, dim)`` layout: query/key/value ``(batch, q_len, heads, head_dim)`` as its projections
-    give them; returns ``(batch, q_len, num_q_heads * head_dim)``. The same checks and operators as
-    :func:`dlinfer_attention`."""
+def layer_context(module: nn.Module, attention_mask: Any, cache: PagedCache, q_len: int, window: int | None,
+                  dropout: float, kwargs: dict[str, Any]) -> tuple[StepContext, int | None]:
+    """For a replaced attention module (fused.AttentionMixin) about to attend over ``cache``: the same checks as
+    :func:`dlinfer_attention` (keywords, one call per layer and forward), then the step's context and window."""
     name = type(module).__name__
     _check_keywords(name, module, dropout, kwargs)
-    layer = module.layer_idx
-    _claim(name, cache, layer)
+    _claim(name, cache, module.layer_idx)
     if isinstance(attention_mask, StepContext) and attention_mask.mask_judged and not attention_mask.mask_problem:
-        ctx, window = attention_mask, attention_mask.window
-    else:
-        ctx, window = _context_and_window(attention_mask, cache, query.shape[1], name, module,
-                                          {"sliding_window": window})
-    batch, q_len = query.shape[0], query.shape[1]
-    q = query.reshape(batch * q_len, query.shape[2], query.shape[3])
-    k = key.reshape(batch * q_len, key.shape[2], key.shape[3])
-    v = value.reshape(batch * q_len, value.shape[2], value.shape[3])
+        return attention_mask, attention_mask.window
+    return _context_and_window(attention_mask, cache, q_len, name, module, {"sliding_window": window})
+
+
+def token_rotary(cos: Tensor, sin: Tensor, ctx: StepContext) -> tuple[Tensor, Tensor] | None:
+    """transformers' ``(batch or 1, q_len, rotary_dim)`` cos/sin for the step's packed tokens: ``(tokens, 1,
+    rotary_dim)``, broadcast over the heads of token-packed queries and keys; None for another layout. Made once per
+    step for all layers (kept on the step's context, so nothing outlives it)."""
+    found = ctx.token_rotary
+    if found is not None and found[0] is cos and found[1] is sin:
+        return found[2], found[3]
+    if cos.dim() != 3 or cos.shape != sin.shape or cos.shape[1] != ctx.q_len or cos.shape[0] not in (1, ctx.batch_size):
+        return None
+    shape = (ctx.batch_size, ctx.q_len, 1, cos.shape[-1])
+    flat = (ctx.batch_size * ctx.q_len, 1, cos.shape[-1])
+    cos_t, sin_t = cos.unsqueeze(2).expand(shape).reshape(flat), sin.unsqueeze(2).expand(shape).reshape(flat)
     if ctx.token_index is not None:
-        index = ctx.token_index
-        q, k, v = q.index_select(0, index), k.index_select(0, index), v.index_select(0, index)
-    out = unpacked(attend_tokens(name, q, k, v, ctx, cache, layer, scaling, window, softcap), ctx)
-    return out.reshape(batch, q_len, -1)
+        cos_t, sin_t = cos_t.index_select(0, ctx.token_index), sin_t.index_select(0, ctx.token_index)
+    ctx.token_rotary = (cos, sin, cos_t, sin_t)
+    return cos_t, sin_t
 
 
 def dlinfer_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,

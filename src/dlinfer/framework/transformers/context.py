@@ -38,6 +38,7 @@ class StepContext:
     window: int | None = None  # the sliding window the mask kind asks for this step (None: plain causal)
     mask_judged: bool = False  # built by the mask function for one mask kind (window is that kind's)
     mask_problem: str | None = None  # why that mask kind cannot run over the paged attention (raised if used)
+    token_rotary: tuple | None = None  # (cos, sin, their token-layout forms): attention.token_rotary, once per step
 
 
 def build_context(manager: BlockManager, cached: list[int], valid: list[list[bool]],

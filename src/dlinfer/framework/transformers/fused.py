@@ -20,7 +20,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from dlinfer.ops.library import call
 
-from .attention import ATTENTION_NAME, attend_layer
+from .attention import ATTENTION_NAME, attend_tokens, layer_context, token_rotary, unpacked
 from .merged import merged_projection
 from .paged_cache import PagedCache
 
@@ -145,39 +145,66 @@ class AttentionMixin:
         if implementation not in OWN_ATTENTION:
             return super().forward(hidden_states, position_embeddings=position_embeddings,  # type: ignore[misc]
                                    attention_mask=attention_mask, **kwargs)
-        input_shape = hidden_states.shape[:-1]
-        head_dim = self.head_dim
-        merged = merged_projection(self, ("q_proj", "k_proj", "v_proj"))  # type: ignore[arg-type]
-        if merged is None:
-            shape = (*input_shape, -1, head_dim)
-            q = run(self.q_proj, hidden_states).reshape(shape)
-            k, v = run(self.k_proj, hidden_states).reshape(shape), run(self.v_proj, hidden_states).reshape(shape)
-        else:  # one multiply, its output viewed as heads and split into the three projections' heads
-            sizes = merged[2]
-            q, k, v = F.linear(hidden_states, merged[0], merged[1]).view(*input_shape, -1, head_dim).split_with_sizes(
-                (sizes[0] // head_dim, sizes[1] // head_dim, sizes[2] // head_dim), dim=-2)
-        q_norm, k_norm = self._dlinfer_norms
-        if q_norm is not None:
-            q = run(q_norm, q)
-        if k_norm is not None:
-            k = run(k_norm, k)
-        cos, sin = position_embeddings  # type: ignore[misc]
-        q, k = call(_ROTARY, q, k, cos, sin, None, None)
         cache = kwargs.pop("cache", None)
         legacy = kwargs.pop("past_key_values", None)
         cache = legacy if cache is None else cache
         dropout = self._dlinfer_dropout if self.training else 0.0
-        if implementation == ATTENTION_NAME and isinstance(cache, PagedCache):  # no (batch, heads, len) transposes
-            out = attend_layer(self, q, k, v, attention_mask, cache, self.scaling, self._dlinfer_window,
-                               self._dlinfer_softcap, dropout, kwargs)
-            return run(self.o_proj, out), None
+        if implementation == ATTENTION_NAME and isinstance(cache, PagedCache):
+            return self._dlinfer_paged(hidden_states, position_embeddings, attention_mask, cache, dropout, kwargs), None
+        input_shape = hidden_states.shape[:-1]
+        q, k, v = self._dlinfer_qkv(hidden_states, (*input_shape, -1, self.head_dim), None)
+        cos, sin = position_embeddings  # type: ignore[misc]
+        q, k = call(_ROTARY, q, k, cos, sin, None, None)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         out, weights = ALL_ATTENTION_FUNCTIONS[implementation](
             self, q, k, v, attention_mask, dropout=dropout, scaling=self.scaling, sliding_window=self._dlinfer_window,
             softcap=self._dlinfer_softcap, cache=cache, **kwargs)
-        return self.o_proj(out.reshape(*input_shape, -1)), weights
+        return run(self.o_proj, out.reshape(*input_shape, -1)), weights
+
+    def _dlinfer_qkv(self, hidden_states: Tensor, shape: tuple[int, ...],
+                     index: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values viewed as ``shape`` (its last two: heads, head_dim), the rows ``index`` of its
+        first dimension only when given; per-head q/k norms applied."""
+        head_dim = shape[-1]
+        merged = merged_projection(self, ("q_proj", "k_proj", "v_proj"))  # type: ignore[arg-type]
+        if merged is None:
+            q, k, v = (run(proj, hidden_states).reshape(shape) for proj in (self.q_proj, self.k_proj, self.v_proj))
+            if index is not None:
+                q, k, v = q.index_select(0, index), k.index_select(0, index), v.index_select(0, index)
+        else:  # one multiply, its output viewed as heads and split into the three projections' heads
+            qkv = F.linear(hidden_states, merged[0], merged[1]).view(shape)
+            if index is not None:
+                qkv = qkv.index_select(0, index)
+            sizes = merged[2]
+            q, k, v = qkv.split_with_sizes((sizes[0] // head_dim, sizes[1] // head_dim, sizes[2] // head_dim), dim=-2)
+        q_norm, k_norm = self._dlinfer_norms
+        if q_norm is not None:
+            q = run(q_norm, q)
+        if k_norm is not None:
+            k = run(k_norm, k)
+        return q, k, v
+
+    def _dlinfer_paged(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None,
+                       attention_mask: Any, cache: PagedCache, dropout: float, kwargs: dict[str, Any]) -> Tensor:
+        """The attention over the paged cache in token layout from the projections on (``(tokens, heads,
+        head_dim)``, the step's real tokens only): no ``(batch, heads, len)`` transposes, padding dropped once."""
+        batch, q_len = hidden_states.shape[0], hidden_states.shape[1]
+        ctx, window = layer_context(self, attention_mask, cache, q_len, self._dlinfer_window, dropout, kwargs)
+        rotary = token_rotary(*position_embeddings, ctx)  # type: ignore[misc]
+        if rotary is not None:
+            q, k, v = self._dlinfer_qkv(hidden_states, (batch * q_len, -1, self.head_dim), ctx.token_index)
+            q, k = call(_ROTARY, q, k, rotary[0], rotary[1], None, None)
+        else:  # cos/sin of another layout: rotated as (batch, q_len, heads, head_dim), then packed
+            q, k, v = self._dlinfer_qkv(hidden_states, (batch, q_len, -1, self.head_dim), None)
+            q, k = call(_ROTARY, q, k, *position_embeddings, None, None)  # type: ignore[misc]
+            q, k, v = (x.reshape(batch * q_len, x.shape[2], x.shape[3]) for x in (q, k, v))
+            if ctx.token_index is not None:
+                q, k, v = (x.index_select(0, ctx.token_index) for x in (q, k, v))
+        out = attend_tokens(type(self).__name__, q, k, v, ctx, cache, self.layer_idx, self.scaling, window,
+                            self._dlinfer_softcap)
+        return run(self.o_proj, unpacked(out, ctx).view(batch, q_len, -1))
 
 
 def attention_settings(module: nn.Module) -> dict[str, Any]:
