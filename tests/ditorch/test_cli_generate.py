@@ -79,5 +79,9 @@ def test_benchmark_quick_writes_json(tmp_path) -> None:
     for row in report["results"]:
         assert row["value"] > 0 and row["baseline"] > 0
         assert row["ratio"] == pytest.approx(row["baseline"] / row["value"], rel=1e-2)
+        assert row["paired_ratio"] == pytest.approx(row["dlinfer_s"][0] / row["stock_s"][0], rel=2e-2)  # one round
         assert row["same_tokens"] is True
-    assert report["env"]["torch"] and report["env"]["new_tokens"] == 4
+    assert report["env"]["torch"] and report["env"]["new_tokens"] == 4 and report["env"]["device"] == "cpu"
+    bad = subprocess.run([sys.executable, str(script), "--quick", "--device", "tpu", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--device 'tpu'" in bad.stderr

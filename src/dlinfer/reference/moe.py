@@ -25,15 +25,18 @@ def moe_gating_topk_softmax(router_logits: Tensor, topk: int, renormalize: bool)
     return weights, ids.to(torch.int64)
 
 
-#: the grouped matrix multiply (one call for all experts' rows), where this torch has one; the dtypes it takes
+#: the grouped matrix multiply (one call for all experts' rows), where this torch has one; the dtypes it takes on
+#: the CPU (other devices take fewer: CUDA's needs bfloat16, so they keep the per-expert loop)
 _GROUPED_MM = getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 _GROUPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _aligned(hidden_states: Tensor, gate_up_weights: Tensor, down_weights: Tensor) -> bool:
-    """Whether the grouped multiply takes these operands: every row stride and start a multiple of 16 bytes."""
+    """Whether the grouped multiply takes these operands: CPU tensors, every row stride and start a multiple of 16
+    bytes."""
     size = hidden_states.element_size()
-    return (hidden_states.shape[1] * size % 16 == 0 and down_weights.shape[2] * size % 16 == 0
+    return (hidden_states.device.type == "cpu" and hidden_states.shape[1] * size % 16 == 0
+            and down_weights.shape[2] * size % 16 == 0
             and all(t.data_ptr() % 16 == 0 and t.is_contiguous() for t in (gate_up_weights, down_weights)))
 
 

@@ -135,12 +135,12 @@ def attend_tokens(name: str, query: Tensor, key: Tensor, value: Tensor, ctx: Ste
     multi-token step) or ``paged_decode_attention`` runs; returns ``(tokens, num_q_heads, head_dim)``. The
     operators are called in their schema form (``torch.ops.dlinfer``, every argument positionally)."""
     num_q_heads, num_kv_heads, head_dim = query.shape[1], key.shape[1], key.shape[2]
-    window = _with_cache_window(name, ctx, window, cache.layer_windows.get(layer))
-    if window is not None and ctx.max_kv_seq_len <= window:
-        window = None  # no query of the step sees past it
-    elif window is not None:
-        window = int(window)
-    softcap = None if softcap is None else float(softcap)
+    if cache.layer_windows:
+        window = _with_cache_window(name, ctx, window, cache.layer_windows.get(layer))
+    if window is not None:
+        window = None if ctx.max_kv_seq_len <= window else int(window)  # None: no query of the step sees past it
+    if softcap is not None:
+        softcap = float(softcap)
     key_cache, value_cache, quant = cache.layer_pools(layer, num_kv_heads, head_dim)
     cache.written.add(layer)
     cache.attended.add(layer)

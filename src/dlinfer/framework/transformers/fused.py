@@ -47,6 +47,16 @@ def run(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 _tracing_state = torch._C._get_tracing_state
 
+
+def attn_implementation(config: Any) -> Any:
+    """``config._attn_implementation``: the stored value read directly (transformers' configs answer attribute reads
+    through two Python ``__getattribute__`` layers, a few microseconds per layer and step), else the property."""
+    stored = object.__getattribute__(config, "__dict__").get("_attn_implementation_internal", _MISSING)
+    return config._attn_implementation if stored is _MISSING else stored
+
+
+_MISSING = object()
+
 #: attention implementations the replaced attention computes itself (dlinfer's, and the probe's recorder); under
 #: any other the module's own forward runs
 OWN_ATTENTION = {"dlinfer", "dlinfer_probe"}
@@ -141,7 +151,7 @@ class AttentionMixin:
 
     def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
                 attention_mask: Any = None, **kwargs: Any) -> tuple[Tensor, Any]:
-        implementation = self.config._attn_implementation
+        implementation = attn_implementation(self.config)
         if implementation not in OWN_ATTENTION:
             return super().forward(hidden_states, position_embeddings=position_embeddings,  # type: ignore[misc]
                                    attention_mask=attention_mask, **kwargs)

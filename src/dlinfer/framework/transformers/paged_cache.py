@@ -145,9 +145,11 @@ class PagedCache(Cache):
         """(key pool, value pool, (k_scale, k_zero, v_scale, v_zero) or None) of ``layer_idx``. With
         ``num_kv_heads``/``head_dim`` (the layer's key layout), the pools are allocated (or, before the layer's
         first write, re-allocated) to fit; a written layer whose layout changes is an error."""
+        keys = self.key_pools[layer_idx] if 0 <= layer_idx < self.num_layers else None
+        if keys is not None and keys.shape[2] == num_kv_heads and keys.shape[3] == head_dim:  # every later step
+            return keys, self.value_pools[layer_idx], self.quant_pools[layer_idx]  # type: ignore[return-value]
         if not 0 <= layer_idx < self.num_layers:
             raise IndexError(f"dlinfer paged cache: layer {layer_idx} out of range (0..{self.num_layers - 1})")
-        keys = self.key_pools[layer_idx]
         if num_kv_heads is not None and head_dim is not None and (
                 keys is None or tuple(keys.shape[2:]) != (num_kv_heads, head_dim)):
             if keys is not None and layer_idx in self.written:
