@@ -179,17 +179,16 @@ def layer_context(module: nn.Module, attention_mask: Any, cache: PagedCache, q_l
 
 
 def token_rotary(cos: Tensor, sin: Tensor, ctx: StepContext) -> tuple[Tensor, Tensor] | None:
-    """transformers' ``(batch or 1, q_len, rotary_dim)`` cos/sin for the step's packed tokens: ``(tokens, 1,
-    rotary_dim)``, broadcast over the heads of token-packed queries and keys; None for another layout. Made once per
-    step for all layers (kept on the step's context, so nothing outlives it)."""
+    """transformers' ``(batch or 1, q_len, rotary_dim)`` cos/sin for the step's packed tokens: ``(tokens,
+    rotary_dim)``, which the rotary operator broadcasts over the heads of token-packed queries and keys; None for
+    another layout. Made once per step for all layers (kept on the step's context, so nothing outlives it)."""
     found = ctx.token_rotary
     if found is not None and found[0] is cos and found[1] is sin:
         return found[2], found[3]
     if cos.dim() != 3 or cos.shape != sin.shape or cos.shape[1] != ctx.q_len or cos.shape[0] not in (1, ctx.batch_size):
         return None
-    shape = (ctx.batch_size, ctx.q_len, 1, cos.shape[-1])
-    flat = (ctx.batch_size * ctx.q_len, 1, cos.shape[-1])
-    cos_t, sin_t = cos.unsqueeze(2).expand(shape).reshape(flat), sin.unsqueeze(2).expand(shape).reshape(flat)
+    shape, flat = (ctx.batch_size, ctx.q_len, cos.shape[-1]), (ctx.batch_size * ctx.q_len, cos.shape[-1])
+    cos_t, sin_t = cos.expand(shape).reshape(flat), sin.expand(shape).reshape(flat)
     if ctx.token_index is not None:
         cos_t, sin_t = cos_t.index_select(0, ctx.token_index), sin_t.index_select(0, ctx.token_index)
     ctx.token_rotary = (cos, sin, cos_t, sin_t)

@@ -37,10 +37,11 @@ _MOE_GATING = torch.ops.dlinfer.moe_gating_topk_softmax
 
 def run(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     """``module(*args, **kwargs)``, through its ``forward`` directly when calling it would run nothing else (no
-    hooks of its own or global ones, no JIT tracing): ``Module.__call__``'s bookkeeping is skipped, never a hook."""
-    if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
-            or _hooks._global_forward_hooks or _hooks._global_forward_pre_hooks or _hooks._global_backward_hooks
-            or _hooks._global_backward_pre_hooks or _tracing_state()):
+    hooks of its own or global ones, no JIT tracing or ``torch.compile``): ``Module.__call__``'s bookkeeping is
+    skipped, never a hook."""
+    if (_compiling() or module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+            or module._backward_pre_hooks or _hooks._global_forward_hooks or _hooks._global_forward_pre_hooks
+            or _hooks._global_backward_hooks or _hooks._global_backward_pre_hooks or _tracing_state()):
         return module(*args, **kwargs)
     return module.forward(*args, **kwargs)
 
@@ -51,11 +52,14 @@ _tracing_state = torch._C._get_tracing_state
 def attn_implementation(config: Any) -> Any:
     """``config._attn_implementation``: the stored value read directly (transformers' configs answer attribute reads
     through two Python ``__getattribute__`` layers, a few microseconds per layer and step), else the property."""
+    if _compiling():  # dynamo traces the property (not object.__getattribute__)
+        return config._attn_implementation
     stored = object.__getattribute__(config, "__dict__").get("_attn_implementation_internal", _MISSING)
     return config._attn_implementation if stored is _MISSING else stored
 
 
 _MISSING = object()
+_compiling = torch.compiler.is_compiling
 
 #: attention implementations the replaced attention computes itself (dlinfer's, and the probe's recorder); under
 #: any other the module's own forward runs
