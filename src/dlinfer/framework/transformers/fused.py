@@ -24,8 +24,9 @@ from .attention import ATTENTION_NAME, attend_tokens, layer_context, token_rotar
 from .merged import merged_projection
 from .paged_cache import PagedCache
 
-__all__ = ["run", "AttentionMixin", "DecoderLayerMixin", "FusedGatedMLPMixin", "GatedMLPMixin", "OWN_ATTENTION",
-           "OffsetRMSNormMixin", "RMSNormMixin", "RouterMixin", "attention_settings", "norm_weight"]
+__all__ = ["AttentionMixin", "DecoderLayerMixin", "FusedGatedMLPMixin", "GatedMLPMixin", "OWN_ATTENTION",
+           "OffsetRMSNormMixin", "RMSNormMixin", "RouterMixin", "attention_settings", "attn_implementation",
+           "norm_weight", "run"]
 
 # the operators in their schema form (every argument positionally, ``call`` as op mode calls them): the mixins
 # already hold their arguments in that form, so LMDeploy's call-form wrappers (dlinfer.ops) would only add calls
@@ -34,6 +35,7 @@ _ADD_RMS_NORM = torch.ops.dlinfer.add_rms_norm
 _ROTARY = torch.ops.dlinfer.apply_rotary_pos_emb
 _SILU_AND_MUL = torch.ops.dlinfer.silu_and_mul
 _MOE_GATING = torch.ops.dlinfer.moe_gating_topk_softmax
+
 
 def run(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     """``module(*args, **kwargs)``, through its ``forward`` directly when calling it would run nothing else (no
