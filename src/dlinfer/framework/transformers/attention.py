@@ -173,8 +173,6 @@ def layer_context(module: nn.Module, attention_mask: Any, cache: PagedCache, q_l
     name = type(module).__name__
     _check_keywords(name, module, dropout, kwargs)
     _claim(name, cache, module.layer_idx)
-    if isinstance(attention_mask, StepContext) and attention_mask.mask_judged and not attention_mask.mask_problem:
-        return attention_mask, attention_mask.window
     return _context_and_window(attention_mask, cache, q_len, name, module, {"sliding_window": window})
 
 
