@@ -113,19 +113,10 @@ _compiling = torch.compiler.is_compiling
 def call(packet: torch._ops.OpOverloadPacket, *args: Any) -> Any:
     """Op mode's call of ``packet`` with every argument positionally. In eager inference (autograd off, no
     ``torch.compile`` tracing, no Python dispatch or function mode watching: op_tools, a dispatch trace, fake
-    tensors) the kernel registry's kernel for the tensors' device directly (counted as
-    :meth:`KernelRegistry.dispatch` counts), since the dispatcher would only route the call to the same kernel at
+    tensors) the kernel registry directly, since the dispatcher would only route the call to the same kernel at
     about 10 us a call; otherwise the operator through the dispatcher (autograd, tracing and modes see it)."""
     if _compiling() or _grad_enabled() or _function_mode_enabled() or _dispatch_modes():  # compiling first: dynamo
         return packet.default(*args)                                                       # folds the rest away
     first = args[0]
-    key = (packet.__name__, first.device.type if isinstance(first, torch.Tensor) else device_type_of(*args))
-    found = _resolved.get(key)
-    if found is None:
-        return registry.dispatch(key[0], key[1], *args)  # resolves (and caches) the kernel
-    _counts[found[2]] += 1
-    return found[1](*args)
-
-
-_resolved = registry._resolved
-_counts = registry.counts
+    device_type = first.device.type if isinstance(first, torch.Tensor) else device_type_of(*args)
+    return registry.dispatch(packet.__name__, device_type, *args)

@@ -36,17 +36,6 @@ def _per_head(t: Tensor, x: Tensor) -> Tensor:
 
 #: the step's broadcast cos and sign-folded sin, once per step for all layers
 _PREPARED = StepMemo()
-#: (head_dim, dtype) -> ``[-1] * (head_dim / 2) + [1] * (head_dim / 2)`` on the CPU (negation by a product is
-#: exact); kept for the process, so never on a device whose memory a test or a user counts
-_SIGNS: dict[tuple[int, torch.dtype], Tensor] = {}
-
-
-def _signs(dim: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    signs = _SIGNS.get((dim, dtype))
-    if signs is None:
-        signs = _SIGNS[(dim, dtype)] = torch.cat((torch.full((dim // 2,), -1.0, dtype=dtype),
-                                                  torch.ones(dim - dim // 2, dtype=dtype)))
-    return signs if device.type == "cpu" else signs.to(device)
 
 
 def _prepared(cos: Tensor, sin: Tensor, dtype: torch.dtype, rank: int) -> tuple[Tensor, Tensor]:
@@ -55,11 +44,11 @@ def _prepared(cos: Tensor, sin: Tensor, dtype: torch.dtype, rank: int) -> tuple[
     found = _PREPARED.get((cos, sin), (dtype, rank))
     if found is not None:
         return found
-    signs = _signs(cos.shape[-1], dtype, cos.device)
+    half = cos.shape[-1] // 2
     cos_b = cos if cos.dim() == rank else cos.unsqueeze(-2)
     sin_b = sin if sin.dim() == rank else sin.unsqueeze(-2)
-    cos_b = cos_b if cos_b.dtype == dtype else cos_b.to(dtype)
-    found = (cos_b, (sin_b if sin_b.dtype == dtype else sin_b.to(dtype)) * signs)
+    cos_b, sin_b = (t if t.dtype == dtype else t.to(dtype) for t in (cos_b, sin_b))
+    found = (cos_b, torch.cat((-sin_b[..., :half], sin_b[..., half:]), dim=-1))
     _PREPARED.put((cos, sin), (dtype, rank), found)
     return found
 

@@ -50,13 +50,12 @@ def build_context(manager: BlockManager, cached: list[int], valid: list[list[boo
     manager.reserve({b: cached[b] + q_lens[b] for b in range(batch)})
     slots: list[int] = []
     flat: list[int] = []
-    block_size = manager.block_size
     for b, row in enumerate(valid):
-        position, table, base = cached[b], manager.tables.get(b, []), b * q_len
+        position = cached[b]
         for i, real in enumerate(row):
-            if real:  # manager.slot(b, position), inlined: this runs for every prompt token
-                slots.append(table[position // block_size] * block_size + position % block_size)
-                flat.append(base + i)
+            if real:
+                slots.append(manager.slot(b, position))
+                flat.append(b * q_len + i)
                 position += 1
     kv_lens = [cached[b] + q_lens[b] for b in range(batch)]
     rows = [manager.tables.get(b, []) for b in range(batch)]
