@@ -188,6 +188,34 @@ def test_paged_decode_attention_shuffled_blocks_gqa(dtype):
     judge(out, dense, dtype)
 
 
+@pytest.mark.parametrize("rows", [[[2, 3, 4], [6, 7, 8], [10, 11, 12]],   # consecutive blocks, rows 4 apart
+                                  [[0, 1, 2], [3, 4, 5], [6, 7, 8]],      # a pool reserved per sequence up front
+                                  [[5, 6, 7]]])                            # one sequence
+def test_paged_decode_attention_reads_consecutive_blocks_in_place(rows):
+    """A host block table with consecutive blocks per row, rows evenly spaced: the cache is read as a strided view
+    (no gather); the result is still each sequence's dense attention over its own keys."""
+    from dlinfer.reference.attention import _regular_rows
+
+    bs, hq, hkv = 4, 4, 2
+    table = torch.tensor(rows, dtype=torch.int32)
+    kv_lens = [7, 1, 12][:len(rows)]
+    assert _regular_rows(table, 3) == (rows[0][0], rows[1][0] - rows[0][0] if len(rows) > 1 else 3)
+    keys = [torch.randn(n, hkv, 16, generator=torch.Generator().manual_seed(10 + i)) for i, n in enumerate(kv_lens)]
+    vals = [torch.randn(n, hkv, 16, generator=torch.Generator().manual_seed(20 + i)) for i, n in enumerate(kv_lens)]
+    q = torch.randn(len(rows), hq, 16, generator=torch.Generator().manual_seed(30))
+    nblocks = int(table.max()) + 2
+    kc = write_cache(keys, table, nblocks, bs).nan_to_num(0.0)
+    vc = write_cache(vals, table, nblocks, bs).nan_to_num(0.0)
+    out = llm.paged_decode_attention(q, kc, vc, table, bs, torch.tensor(kv_lens), max(kv_lens), hq, hkv)
+    dense = torch.cat([sdpa(q[b:b + 1], keys[b], vals[b], None) for b in range(len(rows))])
+    judge(out, lambda dt: dense, torch.float32)
+    flipped = table.flip(0)  # the same blocks, rows in reverse order (a negative stride): gathered
+    assert _regular_rows(flipped, 3) is None or len(rows) == 1
+    out_flipped = llm.paged_decode_attention(q.flip(0), kc, vc, flipped, bs, torch.tensor(kv_lens[::-1]),
+                                             max(kv_lens), hq, hkv)
+    judge(out_flipped.flip(0), lambda dt: dense, torch.float32)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_paged_prefill_attention_continues_cached_tokens(dtype):
     kv_lens, new, bs, hq, hkv = [9, 4, 6], [3, 4, 1], 4, 4, 1

@@ -227,6 +227,29 @@ def test_unsupported_head_layouts_are_refused():
         dlinfer_tf.install(build("llama", seed=1), kv_quant_bits=4)
 
 
+def test_a_generate_cache_reserves_each_sequence_consecutive_blocks(models):
+    """generate()'s cache takes every sequence's blocks up front, in pool order (consecutive blocks, evenly spaced
+    rows: the decode kernels read the cache in place); a shuffled pool or one smaller than the whole batch's length
+    grows as the sequences do."""
+    from dlinfer.reference.attention import _regular_rows
+
+    model = models["llama"]
+    for options, expected in (({}, {0: [0, 1, 2], 1: [3, 4, 5]}), ({"num_blocks": 5}, {}),
+                              ({"shuffle_seed": 4}, None)):
+        dlinfer_tf.install(model, block_size=4, **options)
+        try:
+            cache = dlinfer_tf.new_cache(model, batch_size=2, total_len=11)
+        finally:
+            dlinfer_tf.uninstall(model)
+        tables = cache.manager.tables
+        if expected is not None:
+            assert tables == expected, options
+        else:  # shuffled: all reserved, not consecutive
+            assert sorted(sum(tables.values(), [])) == list(range(6))
+            table = torch.tensor([tables[0], tables[1]], dtype=torch.int32)
+            assert _regular_rows(table, 3) is None
+
+
 def test_one_decode_step_by_hand_matches_the_model(models, prompts):
     """How to run one decode step outside ``forward`` (what a compiled decode step does): the bookkeeping
     (``prepare_step``) first, then the decoder layers read only the context's tensors."""

@@ -8,7 +8,9 @@ back to the input dtype, ``@ v``. Grouped-query heads: query head ``h`` reads kv
 ``alibi_slopes`` (one per query head) add ``slope * (key_pos - query_pos)`` to the scores before masking;
 ``logit_softcapping`` (Gemma-2) caps the scaled scores as ``cap * tanh(scores / cap)`` first. ``sliding_window``
 ``w`` lets a query at position ``p`` see only keys at ``p - w < k <= p`` (transformers' rule). Decode without
-ALiBi or softcapping is one ``scaled_dot_product_attention`` call over the gathered blocks (the decode hot path).
+ALiBi or softcapping is one ``scaled_dot_product_attention`` call over the gathered blocks (the decode hot path),
+or over the cache itself, read as a strided view, when a host block table has consecutive blocks per sequence and
+evenly spaced rows (a pool reserved per sequence up front).
 """
 
 from __future__ import annotations
@@ -276,28 +278,76 @@ def _gather_pair(key_cache: Tensor, value_cache: Tensor, block_table: Tensor, bl
         raise ValueError(f"{op}: {exc}") from None
 
 
-#: the decode step's layout (flat block indices, additive key mask), once per step for all layers
+#: the decode step's layout (flat block indices, additive key mask, regular rows), once per step for all layers
 _LAYOUT = StepMemo()
 
 
+#: a block table's regular-rows verdict, for as long as the table lives (a decode loop keeps one table until a
+#: sequence needs a new block)
+_ROWS = StepMemo()
+
+
+def _regular_rows(block_table: Tensor, num: int) -> tuple[int, int] | None:
+    """``(first, stride)`` when row ``b`` of a host block table's first ``num`` columns is ``first + b * stride + (0,
+    1, 2, ...)`` (every sequence's blocks consecutive, the rows evenly spaced: a pool reserved per sequence up
+    front), else None; the cache then reads as a strided view. Device tables are not inspected (a device-to-host
+    sync per step)."""
+    if block_table.device.type != "cpu" or block_table.numel() == 0:
+        return None
+    found = _ROWS.get((block_table,), num)
+    if found is None:
+        found = (_find_regular_rows(block_table[:, :num]),)
+        _ROWS.put((block_table,), num, found)
+    return found[0]
+
+
+def _find_regular_rows(table: Tensor) -> tuple[int, int] | None:
+    batch, num = table.shape
+    first = int(table[0, 0])
+    stride = int(table[1, 0]) - first if batch > 1 else num
+    if stride < 0:
+        return None
+    starts = torch.arange(batch, dtype=table.dtype).mul_(stride).add_(first)
+    expected = starts.view(-1, 1) + torch.arange(num, dtype=table.dtype)
+    return (first, stride) if torch.equal(table, expected) else None
+
+
 def _decode_layout(block_table: Tensor, kv_seq_len: Tensor, block_size: int, length: int,
-                   dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                   dtype: torch.dtype) -> tuple[Tensor, Tensor, tuple[int, int] | None]:
     """``(block indices of the blocks holding every sequence's first length positions, flat, additive key mask (B,
-    1, 1, blocks * block_size) in dtype: 0 where a key is cached, -inf past the sequence's length)`` of a decode
-    step; the layers of one step pass the same tensors, so the layout is computed once per step."""
+    1, 1, length) in dtype: 0 where a key is cached, -inf past the sequence's length, the table's regular rows or
+    None)`` of a decode step; the layers of one step pass the same tensors, so the layout is
+    computed once per step."""
     extra = (block_size, length, dtype)
     found = _LAYOUT.get((block_table, kv_seq_len), extra)
     if found is not None:
         return found
     num = -(-length // block_size)  # check_paged_decode checked the table's width
-    blocks = (block_table if block_table.shape[1] == num else block_table[:, :num]).reshape(-1)
-    # the additive form (SDPA would build it from a boolean mask on every call), over whole blocks (the gathered
-    # keys need no slicing), (B, 1, 1, W) by broadcasting
-    cached = torch.arange(num * block_size, device=kv_seq_len.device) < kv_seq_len.view(-1, 1, 1, 1)
+    table = block_table if block_table.shape[1] == num else block_table[:, :num]
+    # the additive form (SDPA would build it from a boolean mask on every call), over the longest sequence's
+    # positions (not whole blocks: the attention's cost grows with the keys), (B, 1, 1, length) by broadcasting
+    cached = torch.arange(length, device=kv_seq_len.device) < kv_seq_len.view(-1, 1, 1, 1)
     mask = torch.where(cached, 0.0, float("-inf"))
-    found = (blocks, mask if mask.dtype == dtype else mask.to(dtype))
+    found = (table.reshape(-1), mask if mask.dtype == dtype else mask.to(dtype), _regular_rows(block_table, num))
     _LAYOUT.put((block_table, kv_seq_len), extra, found)
     return found
+
+
+def _cached_keys(cache: Tensor, blocks: Tensor, regular: tuple[int, int] | None, batch: int,
+                 width: int) -> Tensor:
+    """``(batch, heads, width, head_dim)``: each sequence's first ``width`` cache positions, read in place when its
+    blocks are consecutive and the rows evenly spaced (``regular``), else gathered block by block (``blocks``: each
+    sequence's first ``ceil(width / block_size)`` blocks)."""
+    num_blocks, block_size, heads, dim = cache.shape
+    if regular is not None and cache.is_contiguous() and (
+            regular[0] + (batch - 1) * regular[1] + -(-width // block_size) <= num_blocks):  # else the gather's error
+        first, stride = regular
+        row = heads * dim
+        view = cache.as_strided((batch, width, heads, dim), (stride * block_size * row, row, dim, 1),
+                                cache.storage_offset() + first * block_size * row)
+        return view.transpose(1, 2)
+    gathered = cache.index_select(0, blocks).view(batch, -1, heads, dim)
+    return (gathered if gathered.shape[1] == width else gathered[:, :width]).transpose(1, 2)
 
 
 @reference("paged_decode_attention")
@@ -312,11 +362,11 @@ def paged_decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor
                        num_kv_heads)
     if quant_bits == 0 and alibi_slopes is None and not logit_softcapping and sliding_window is None:
         # the decode hot path: the step's block indices and key mask are the same for every layer (memoised),
-        # one gather per cache, one fused attention call
-        blocks, mask = _decode_layout(block_table, kv_seq_len, block_size, max_kv_seq_len, query.dtype)
-        shape = (query.shape[0], -1, key_cache.shape[2], key_cache.shape[3])
-        k = key_cache.index_select(0, blocks).view(shape).transpose(1, 2)
-        v = value_cache.index_select(0, blocks).view(shape).transpose(1, 2)
+        # each cache read in place (blocks reserved per sequence) or by one gather, one fused attention call
+        blocks, mask, regular = _decode_layout(block_table, kv_seq_len, block_size, max_kv_seq_len, query.dtype)
+        batch, width = query.shape[0], mask.shape[-1]
+        k = _cached_keys(key_cache, blocks, regular, batch, width)
+        v = _cached_keys(value_cache, blocks, regular, batch, width)
         return F.scaled_dot_product_attention(query.unsqueeze(2), k, v, attn_mask=mask, scale=softmax_scale,
                                               enable_gqa=num_q_heads != num_kv_heads).squeeze(2)
     op = "paged_decode_attention"

@@ -100,8 +100,10 @@ def decode_context(manager: BlockManager, cached: list[int], previous: StepConte
     batch = len(cached)
     starting = {b: n + 1 for b, n in enumerate(cached) if n % block_size == 0}
     table = previous.block_table
+    free = manager.num_free
     if starting:
         manager.reserve(starting)
+    if manager.num_free != free:  # a sequence took a new block: the table changes (else the same tensor is kept)
         rows = [manager.tables.get(b, []) for b in range(batch)]
         width = max(len(r) for r in rows)
         table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32, device=device)

@@ -120,7 +120,8 @@ def _cache_windows(model: nn.Module) -> dict[int, int]:
 
 def new_cache(model: nn.Module, batch_size: int, total_len: int) -> PagedCache:
     """A :class:`PagedCache` for ``batch_size`` sequences of up to ``total_len`` tokens, with the options
-    ``install(model, ...)`` was given (each layer's pools allocated at its first write, in its key layout)."""
+    ``install(model, ...)`` was given (each layer's pools allocated at its first write, in its key layout). When the
+    pool holds every sequence's ``total_len`` tokens, each sequence's blocks are reserved up front."""
     state = _MODELS.get(model)
     if state is None:
         raise RuntimeError("dlinfer: this model is not installed (call dlinfer.framework.transformers.install(model))")
@@ -136,6 +137,10 @@ def new_cache(model: nn.Module, batch_size: int, total_len: int) -> PagedCache:
                        max_seq_len=opts["max_seq_len"], kv_quant_bits=opts["kv_quant_bits"],
                        shuffle_seed=opts["shuffle_seed"])
     cache.layer_windows = dict(state.layer_windows)
+    if num_blocks >= batch_size * cache.manager.blocks_for(total_len):
+        # every sequence's blocks taken now, in pool order: each row of the block table is consecutive blocks and the
+        # rows are evenly spaced, so attention kernels can read the cache in place (the same memory either way)
+        cache.manager.reserve({b: total_len for b in range(batch_size)})
     return cache
 
 
