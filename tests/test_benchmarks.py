@@ -160,3 +160,21 @@ def test_dicp_benchmark(tmp_path: Path) -> None:
     assert rows["llama_infer_first_call_s_onnxgraph"]["target"] == 3.0
     for row in rows.values():
         assert row["value"] > 0
+
+
+def test_dlinfer_instruction_rows_from_counts(monkeypatch) -> None:
+    """bench_dlinfer_instructions: per decode step = (I(long) - I(2)) / (generations * (NEW_TOKENS - 2)), prefill =
+    I(2) / generations, ratio = dlinfer / stock (callgrind itself is not run here: minutes under valgrind)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_dlinfer_instructions as bench
+
+    counts = {(False, 2): 400, (False, bench.NEW_TOKENS): 400 + 2 * 30 * 10, (True, 2): 300,
+              (True, bench.NEW_TOKENS): 300 + 2 * 30 * 9}
+    monkeypatch.setattr(bench, "count", lambda family, use, generations, tokens: counts[(use, tokens)])
+    prefill, decode = bench.bench_family("llama", generations=2)
+    fields = ("case", "value", "baseline", "ratio")
+    assert tuple(prefill[k] for k in fields) == ("llama_prefill", 150, 200, 0.75)
+    assert tuple(decode[k] for k in fields) == ("llama_decode", 9, 10, 0.9)
+    monkeypatch.setattr(bench.shutil, "which", lambda tool: None)
+    with pytest.raises(SystemExit):
+        bench.main(["--families", "llama"])

@@ -1,0 +1,141 @@
+"""Instructions executed by stock ``generate()`` and by the dlinfer adaptor, per decode step and per prefill, counted
+by valgrind's callgrind: a measure of work done that does not move with the machine's load.
+
+    python benchmarks/bench_dlinfer_instructions.py [--out FILE] [--families llama,...] [--generations 2]
+
+Wall-clock ratios on shared machines move by several percent from run to run (benchmarks/README.md); an
+instruction count repeats within about 0.2%. It does not see memory stalls or threads (the children run torch on
+one thread), so it complements ``bench_dlinfer.py``, never replaces it. For each config and side, two child
+processes run under ``valgrind --tool=callgrind --instr-atstart=no``: each builds the model as ``bench_dlinfer``
+does (dlinfer installed once, before the warm-up), warms up with three short ``generate()`` calls, switches
+counting on (``callgrind_control -i on``), runs ``--generations`` greedy ``generate()`` calls of 2 (prefill and
+one decode step) or of ``NEW_TOKENS`` new tokens, and switches it off. Per case: ``decode`` = instructions per
+decode step, ``(I(long) - I(2)) / (generations * (NEW_TOKENS - 2))``; ``prefill`` = instructions of a prefill and
+its first decode step, ``I(2) / generations``; ``ratio`` = dlinfer / stock (< 1: the adaptor executes fewer).
+Needs valgrind (``apt install valgrind``); about 80 s per config on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import environment, write_json  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dlinfer_instructions.json"
+NEW_TOKENS = 32
+_COLLECTED = re.compile(r"Collected\s*:\s*([\d,]+)")
+
+
+def child(family: str, use_dlinfer: bool, generations: int, new_tokens: int) -> None:
+    """Run inside callgrind: build, warm up, then count ``generations`` generate() calls."""
+    os.environ.setdefault("DITORCH_DISABLE_MOCK", "1")
+    os.environ.setdefault("DITORCH_QUIET", "1")
+    import torch
+
+    import bench_dlinfer
+
+    torch.set_num_threads(1)
+    model = bench_dlinfer.build(family)
+    batch = bench_dlinfer.prompts()
+    if use_dlinfer:
+        from dlinfer.framework import transformers as dlinfer_tf
+
+        dlinfer_tf.install(model, block_size=bench_dlinfer.BLOCK_SIZE)
+
+    def generate(tokens: int) -> None:
+        with torch.no_grad():
+            model.generate(**batch, max_new_tokens=tokens, do_sample=False, pad_token_id=0)
+
+    for _ in range(3):
+        generate(4)
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", str(os.getpid())], capture_output=True, check=True)
+    time.sleep(0.5)  # callgrind takes the command at its next poll
+    for _ in range(generations):
+        generate(new_tokens)
+    subprocess.run([*control, "off", str(os.getpid())], capture_output=True, check=True)
+
+
+def count(family: str, use_dlinfer: bool, generations: int, new_tokens: int) -> int:
+    """Instructions counted in one child process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={tmp}/out",
+               sys.executable, __file__, "--child", family, "1" if use_dlinfer else "0", str(generations),
+               str(new_tokens)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind run failed ({family}, dlinfer={use_dlinfer}, {new_tokens} tokens):"
+                           f" {done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def bench_family(family: str, generations: int) -> list[dict[str, Any]]:
+    """The prefill and decode rows of one config (four callgrind runs, two at a time)."""
+    jobs = [(use, tokens) for use in (False, True) for tokens in (2, NEW_TOKENS)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: count(family, job[0], generations, job[1]), jobs),
+                          strict=True))
+    rows = []
+    for phase in ("prefill", "decode"):
+        values = {}
+        for use in (False, True):
+            short, long = counts[(use, 2)], counts[(use, NEW_TOKENS)]
+            values[use] = (short / generations if phase == "prefill"
+                           else (long - short) / (generations * (NEW_TOKENS - 2)))
+        rows.append({"case": f"{family}_{phase}", "value": round(values[True]), "baseline": round(values[False]),
+                     "ratio": round(values[True] / values[False], 4), "unit": "instructions",
+                     "counts": {f"{'dlinfer' if use else 'stock'}_{tokens}": n for (use, tokens), n in counts.items()}})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        family, use, generations, tokens = argv[1:5]
+        child(family, use == "1", int(generations), int(tokens))
+        return 0
+    import bench_dlinfer
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--families", default=",".join(bench_dlinfer.FAMILIES))
+    parser.add_argument("--generations", type=int, default=2, help="generate() calls counted per run (default 2)")
+    args = parser.parse_args(argv)
+    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    if missing:
+        parser.error(f"needs {' and '.join(missing)} (apt install valgrind)")
+    families = [f for f in args.families.split(",") if f]
+    unknown = sorted(set(families) - set(bench_dlinfer.FAMILIES))
+    if unknown:
+        parser.error(f"--families: unknown {', '.join(unknown)} (known: {', '.join(bench_dlinfer.FAMILIES)})")
+    started = time.perf_counter()
+    results = []
+    for family in families:
+        for row in bench_family(family, args.generations):
+            results.append(row)
+            print(f"{row['case']:>18}: dlinfer {row['value']:>11,} stock {row['baseline']:>11,} instructions,"
+                  f" ratio {row['ratio']:.3f}")
+    payload = {"name": "dlinfer_generate_instructions", "unit": "instructions", "results": results,
+               "env": {**environment(), "torch_threads": 1, "generations": args.generations,
+                       "new_tokens": NEW_TOKENS, "ratio": "dlinfer instructions / stock instructions",
+                       "command": " ".join(["python", "benchmarks/bench_dlinfer_instructions.py", *argv]),
+                       "wall_s": round(time.perf_counter() - started, 1)}}
+    write_json(args.out, payload)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
