@@ -12,6 +12,12 @@ Cases (baseline = CPU; ratio = median of per-round dipu/CPU time ratios; lower i
   time (baseline) and dipu/CPU (ratio).
 * ``dispatch_view_overhead_us``: the same for a view op (``x.t()``).
 
+Beside each case, the floors of a Python device (benchmarks/dispatch_floors.py), measured in the same rounds:
+``floor_nop_subclass`` (a do-nothing wrapper subclass on the CPU: the W1 step's time, or an op's extra time over the
+CPU) and ``floor_empty_dispatch_mode`` (an empty ``TorchDispatchMode``, per-op cases), with ``floor_ratio_<name>`` =
+the median of per-round dipu/floor ratios (targets: ``w1_train_step`` ratio <= 2.0, ``dispatch_overhead_us``
+``floor_ratio_nop_subclass`` <= 1.5).
+
 The machine is assumed to be small and noisy: every case warms up first, then CPU and dipu measurements
 are interleaved over several rounds (alternating which goes first); values are medians and the ratio is
 the median of the per-round ratios.
@@ -27,9 +33,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
+import dispatch_floors
 import torch_dipu  # noqa: F401  (registers the dipu device)
 from bench_common import environment, w1_step, write_json
 
@@ -47,15 +55,25 @@ def time_calls(fn: Callable[[], object], calls: int) -> float:
         gc.enable()
 
 
-def interleaved(fns: dict[str, Callable[[], object]], rounds: int, calls: int, warmup: int) -> dict[str, list[float]]:
-    """Per-round seconds/call of each function; rounds alternate the order so drift hits both alike."""
-    for fn in fns.values():
-        time_calls(fn, warmup)
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, calls: int, warmup: int,
+                modes: dict[str, Callable[[], Any]] | None = None) -> dict[str, list[float]]:
+    """Per-round seconds/call of each function; rounds alternate the order so drift hits all alike. ``modes``:
+    name -> a factory of the context (a dispatch mode) that function's calls run in."""
+    modes = modes or {}
+
+    def timed(name: str, n: int) -> float:
+        if name not in modes:
+            return time_calls(fns[name], n)
+        with modes[name]():
+            return time_calls(fns[name], n)
+
+    for name in fns:
+        timed(name, warmup)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for r in range(rounds):
         for name in names if r % 2 == 0 else reversed(names):
-            samples[name].append(time_calls(fns[name], calls))
+            samples[name].append(timed(name, calls))
     return samples
 
 
@@ -83,28 +101,49 @@ def result(case: str, unit: str, samples: dict[str, list[float]], scale: float, 
     }
 
 
+def with_floors(row: dict, samples: dict[str, list[float]], scale: float, overhead: bool) -> dict:
+    """Add the floors measured in the same rounds: ``floor_<name>`` (the floor's value, as ``value`` is dipu's) and
+    ``floor_ratio_<name>`` (dipu's value / the floor's, median of per-round ratios)."""
+    for name in FLOORS:
+        if name not in samples:
+            continue
+        if overhead:
+            per_round = [(d - c, f - c) for d, f, c in zip(samples["dipu"], samples[name], samples["cpu"], strict=True)]
+        else:
+            per_round = list(zip(samples["dipu"], samples[name], strict=True))
+        row[f"floor_{name}"] = round(statistics.median(f for _, f in per_round) * scale, 4)
+        row[f"floor_ratio_{name}"] = round(statistics.median(d / f for d, f in per_round if f > 0), 3)
+    return row
+
+
 def run(rounds: int) -> list[dict]:
     results = []
-    steps = {"cpu": w1_step("cpu"), "dipu": w1_step("dipu")}
+    steps = {"cpu": w1_step("cpu"), "dipu": w1_step("dipu"), "nop_subclass": dispatch_floors.w1_step_nop()}
     samples = interleaved(steps, rounds=rounds, calls=3, warmup=3)
-    results.append(result("w1_train_step", "ms", samples, 1e3))
+    results.append(with_floors(result("w1_train_step", "ms", samples, 1e3), samples, 1e3, overhead=False))
 
-    x = {"cpu": torch.randn(4, 4), "dipu": torch.randn(4, 4).to("dipu")}
-    adds = {name: (lambda t=t: t.add(t)) for name, t in x.items()}
-    samples = interleaved(adds, rounds=rounds * 2, calls=2000, warmup=200)
-    results.append(result("dispatch_overhead_us", "us", samples, 1e6, overhead=True))
-
-    views = {name: (lambda t=t: t.t()) for name, t in x.items()}
-    samples = interleaved(views, rounds=rounds * 2, calls=2000, warmup=200)
-    results.append(result("dispatch_view_overhead_us", "us", samples, 1e6, overhead=True))
+    base = torch.randn(4, 4)
+    x = {"cpu": base, "dipu": base.to("dipu"), "nop_subclass": dispatch_floors.wrap(base.clone()),
+         "empty_dispatch_mode": base}
+    modes = {"empty_dispatch_mode": dispatch_floors.empty_dispatch_mode}
+    for case, op in (("dispatch_overhead_us", torch.Tensor.add), ("dispatch_view_overhead_us", None)):
+        fns = {name: ((lambda t=t: t.add(t)) if op is not None else (lambda t=t: t.t())) for name, t in x.items()}
+        samples = interleaved(fns, rounds=rounds * 2, calls=2000, warmup=200, modes=modes)
+        results.append(with_floors(result(case, "us", samples, 1e6, overhead=True), samples, 1e6, overhead=True))
     return results
 
 
+#: the floors measured beside dipu (benchmarks/dispatch_floors.py)
+FLOORS = ("nop_subclass", "empty_dispatch_mode")
+
+
 def print_table(results: list[dict]) -> None:
-    print(f"{'case':<28}{'value':>12}{'baseline (cpu)':>16}{'ratio':>8}")
+    print(f"{'case':<28}{'value':>12}{'baseline (cpu)':>16}{'ratio':>8}{'nop subclass':>15}{'dipu/floor':>12}")
     for r in results:
         unit = r["unit"]
-        print(f"{r['case']:<28}{r['value']:>9.3f} {unit:<2}{r['baseline']:>13.3f} {unit:<2}{r['ratio']:>8.2f}")
+        print(f"{r['case']:<28}{r['value']:>9.3f} {unit:<2}{r['baseline']:>13.3f} {unit:<2}{r['ratio']:>8.2f}"
+              f"{r.get('floor_nop_subclass', float('nan')):>12.3f} {unit:<2}"
+              f"{r.get('floor_ratio_nop_subclass', float('nan')):>12.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

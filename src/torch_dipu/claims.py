@@ -9,8 +9,10 @@ seeds' DIPU registers ``Linear`` in place of the composite ``linear``):
   such as ``silu_backward`` this way): the overload runs below autograd, so it reaches
   ``DipuTensor.__torch_dispatch__`` and the vendor's DIOPI kernel as itself;
 - gradients needed: :class:`_Claimed`, an autograd function whose forward is that vendor call and whose
-  backward recomputes PyTorch's own decomposition on the saved inputs and differentiates it, so gradients are
-  the CPU's; with ``create_graph=True`` the recomputation stays on the graph, so double backward works.
+  backward is PyTorch's own decomposition's backward on the saved inputs, so gradients are the CPU's: traced once
+  per call signature without the forward's work (torch_dipu.claim_backward), or by recomputing the decomposition
+  and differentiating it (a signature's first call, ``create_graph=True``, where the recomputation stays on the
+  graph so double backward works, and while a mode watches).
 
 Tensors other than dipu tensors (fake tensors while ``torch.compile`` traces, functional tensors) and random
 functions that need gradients keep PyTorch's decomposition. The table decides, never a list of operators here.
@@ -27,6 +29,7 @@ import torch
 import diopi
 from diopi import DiopiFunction
 from diopi.registry import dispatcher_overloads, is_composite, qualified_name
+from torch_dipu import claim_backward
 from torch_dipu.op_schema import returns_view
 from torch_dipu.tensor import DipuTensor
 
@@ -66,8 +69,9 @@ def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return found
 
 
-def _split(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Callable[[Any], tuple[tuple, dict]]]:
-    """The tensors of a call (top level and inside lists) and a function rebuilding the call from others."""
+def _split(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Callable[[Any], tuple[tuple, dict]], Any]:
+    """The tensors of a call (top level and inside lists), a function rebuilding the call from others, and the
+    call's non-tensor part (its structure and other values: what a traced backward depends on besides tensors)."""
     flat, spec = torch.utils._pytree.tree_flatten((args, kwargs))
     positions = [i for i, v in enumerate(flat) if isinstance(v, _Tensor)]
 
@@ -77,7 +81,8 @@ def _split(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Callable[[Any
             values[i] = t
         return torch.utils._pytree.tree_unflatten(values, spec)
 
-    return [flat[i] for i in positions], rebuild
+    statics = (spec, tuple(v for i, v in enumerate(flat) if i not in positions))
+    return [flat[i] for i in positions], rebuild, statics
 
 
 def _differentiable(value: Any) -> bool:
@@ -88,11 +93,11 @@ class _Claimed(torch.autograd.Function):
     """A claimed overload with gradients: forward on the vendor, backward through PyTorch's decomposition."""
 
     @staticmethod
-    def forward(ctx: Any, op: torch._ops.OpOverload, rebuild: Callable, *tensors: Any) -> Any:
+    def forward(ctx: Any, op: torch._ops.OpOverload, rebuild: Callable, statics: Any, *tensors: Any) -> Any:
         args, kwargs = rebuild(tensors)
         with _below_autograd():
             out = op(*args, **kwargs)
-        ctx.op, ctx.rebuild = op, rebuild
+        ctx.op, ctx.rebuild, ctx.statics = op, rebuild, statics
         ctx.save_for_backward(*tensors)
         outs = out if isinstance(out, tuple) else (out,)
         ctx.mark_non_differentiable(*(o for o in outs if isinstance(o, _Tensor) and not _differentiable(o)))
@@ -100,8 +105,12 @@ class _Claimed(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
-        needs = ctx.needs_input_grad[2:]
+        needs = ctx.needs_input_grad[3:]
         saved = ctx.saved_tensors
+        traced = claim_backward.run(ctx.op, ctx.rebuild, ctx.statics, needs, saved, grads)
+        if traced is not None:  # the decomposition's backward traced once for this signature: no recomputation
+            got = iter(traced)
+            return (None, None, None, *(next(got) if n else None for n in needs))
         create_graph = torch.is_grad_enabled()
         # With create_graph the saved inputs keep their history, so the gradients are differentiable; one alias
         # per argument either way, so a tensor passed twice (``F.linear(x, x)``) gets each position's gradient once.
@@ -121,7 +130,7 @@ class _Claimed(torch.autograd.Function):
         wanted = [x for x, n in zip(inputs, needs, strict=True) if n]
         got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True,
                                        create_graph=create_graph) if pairs else [None] * len(wanted))
-        return (None, None, *(next(got) if n else None for n in needs))
+        return (None, None, None, *(next(got) if n else None for n in needs))
 
 
 def _claim_kernel(op: torch._ops.OpOverload, fn: DiopiFunction) -> Callable[..., Any]:
@@ -136,8 +145,8 @@ def _claim_kernel(op: torch._ops.OpOverload, fn: DiopiFunction) -> Callable[...,
                 return op(*args, **kwargs)
         if random:  # a recomputation would draw other numbers than the forward did
             return op.decompose(*args, **kwargs)
-        flat, rebuild = _split(args, kwargs)
-        return _Claimed.apply(op, rebuild, *flat)
+        flat, rebuild, statics = _split(args, kwargs)
+        return _Claimed.apply(op, rebuild, statics, *flat)
 
     return claimed
 

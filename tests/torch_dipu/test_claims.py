@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import diopi
 import torch_dipu
 from diopi import DiopiFunction, registry
-from torch_dipu import claims, dispatch
+from torch_dipu import claim_backward, claims, dispatch
 from torch_dipu.vendors import droplet
 
 
@@ -106,6 +106,77 @@ def test_claimed_call_reaches_the_vendor_and_matches_the_cpu_bitwise(served_by: 
         assert (got is None) == (want is None)
         if got is not None:
             assert got.dtype == want.dtype and torch.equal(got, want), (got - want).abs().max()
+
+
+@pytest.mark.parametrize(("served_by", "call", "inputs"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_repeated_backward_runs_the_traced_decomposition_bitwise(served_by: tuple[str, str], call: Callable,
+                                                                  inputs: list[torch.Tensor]) -> None:
+    """A call signature's second backward traces the decomposition's backward once (torch_dipu.claim_backward);
+    it and every later one run the traced graph: the gradients stay the CPU's bit for bit."""
+    claim_backward.clear()
+    with served(*served_by):
+        runs = [_grads(call, inputs, "dipu", None) for _ in range(3)]
+        traced = claim_backward.traced_graphs()
+    # linear, cross_entropy and rms_norm need gradients through the claim; silu's and layer_norm's claimed
+    # overloads are their backward functions, which autograd calls without gradients
+    assert traced == (served_by[1] in ("linear", "cross_entropy_loss", "rms_norm"))
+    want_out, want_grads = _grads(call, inputs, "cpu", None)
+    for out, grads in runs:
+        assert torch.equal(out, want_out)
+        for got, want in zip(grads, want_grads, strict=True):
+            assert (got is None) == (want is None)
+            if got is not None:
+                assert torch.equal(got, want), (got - want).abs().max()
+
+
+def test_the_traced_backward_of_linear_does_not_repeat_its_multiply() -> None:
+    """The recomputing backward runs linear's forward multiply again (three ``mm``); the traced one has only the
+    two gradient multiplies."""
+    claim_backward.clear()
+    x = torch.randn(2, 5, 16).to("dipu").requires_grad_()
+    w = torch.randn(4, 16).to("dipu").requires_grad_()
+    mms = []
+    for _ in range(3):
+        out = F.linear(x, w)
+        with torch_dipu.count_function_calls() as calls:
+            out.backward(torch.ones_like(out))
+        mms.append(calls["diopiMm"])
+    assert mms == [3, 2, 2]
+
+
+def test_double_backward_and_watching_modes_keep_the_recomputing_backward() -> None:
+    """``create_graph=True`` recomputes on the graph (second-order gradients stay the CPU's while traced graphs
+    serve the first-order passes); under a dispatch mode no trace is made or used (the mode sees the recomputation,
+    as before)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+            self.ops.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    x0, w0 = _inputs((3, 8), (4, 8))
+    results = {}
+    for device in ("cpu", "dipu"):
+        claim_backward.clear()
+        x, w = x0.clone().to(device).requires_grad_(), w0.clone().to(device).requires_grad_()
+        for _ in range(3):
+            (gx,) = torch.autograd.grad(F.linear(x, w).pow(2).sum(), x, create_graph=True)
+            gx.sum().backward()
+        results[device] = (gx.detach().cpu(), x.grad.cpu(), w.grad.cpu())
+    assert all(torch.equal(a, b) for a, b in zip(results["cpu"], results["dipu"], strict=True))
+    claim_backward.clear()
+    x, w = x0.clone().to("dipu").requires_grad_(), w0.clone().to("dipu").requires_grad_()
+    for _ in range(3):
+        out = F.linear(x, w)
+        with Seen() as seen:
+            out.backward(torch.ones_like(out))
+        assert seen.ops.count("mm.default") == 3
+    assert claim_backward.traced_graphs() == 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
