@@ -145,6 +145,8 @@ def _trace(op: torch._ops.OpOverload, rebuild: Callable, needs: tuple[bool, ...]
             node.replace_all_uses_with(node.args[0])
             graph.graph.erase_node(node)
     graph.graph.eliminate_dead_code()
+    if any(node.op == "get_attr" for node in graph.graph.nodes):  # a constant made while tracing is a fake tensor
+        return _UNTRACEABLE
     graph.recompile()
     return graph
 
@@ -172,4 +174,8 @@ def run(op: torch._ops.OpOverload, rebuild: Callable, statics: Any, needs: tuple
         _CACHE.put(key, graph)
     if graph is _UNTRACEABLE:
         return None
-    return tuple(graph(*saved, *(g for g in grads if g is not None)))
+    try:
+        return tuple(graph(*saved, *(g for g in grads if g is not None)))
+    except Exception:  # noqa: BLE001 - the graph's operators are pure: the recomputing path can still serve the call
+        _CACHE.put(key, _UNTRACEABLE)
+        return None
