@@ -116,7 +116,7 @@ def _backward_function(op: torch._ops.OpOverload, rebuild: Callable, needs: tupl
     def backward(*tensors: torch.Tensor) -> tuple:
         saved, given = tensors[:count], iter(tensors[count:])
         inputs = [t.detach().requires_grad_(n) for t, n in zip(saved, needs, strict=True)]
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.autocast("dipu", enabled=False):  # as the recomputing backward
             args, kwargs = rebuild(inputs)
             out = op._op_dk(_CIA_KEY, *args, **kwargs)
         outs = out if isinstance(out, tuple) else (out,)
@@ -175,7 +175,8 @@ def run(op: torch._ops.OpOverload, rebuild: Callable, statics: Any, needs: tuple
     if graph is _UNTRACEABLE:
         return None
     try:
-        return tuple(graph(*saved, *(g for g in grads if g is not None)))
+        with torch.autocast("dipu", enabled=False):  # the traced operators as traced (autocast would recast them)
+            return tuple(graph(*saved, *(g for g in grads if g is not None)))
     except Exception:  # noqa: BLE001 - the graph's operators are pure: the recomputing path can still serve the call
         _CACHE.put(key, _UNTRACEABLE)
         return None

@@ -129,6 +129,23 @@ def test_a_repeated_backward_runs_the_traced_decomposition_bitwise(served_by: tu
                 assert torch.equal(got, want), (got - want).abs().max()
 
 
+def test_the_traced_backward_ignores_an_enclosing_autocast() -> None:
+    """A backward run inside ``torch.autocast``: the traced graph's multiplies stay float32, as the recomputing
+    backward's (autocast acts at the claimed operator's boundary only)."""
+    claim_backward.clear()
+    x0, w0 = _inputs((2, 5, 16), (4, 16))
+    grads = []
+    for _ in range(3):
+        x, w = x0.clone().to("dipu").requires_grad_(), w0.clone().to("dipu").requires_grad_()
+        out = F.linear(x, w)
+        with torch.autocast("dipu", dtype=torch.bfloat16):
+            out.backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape).to("dipu"))
+        grads.append((x.grad.cpu(), w.grad.cpu()))
+    assert claim_backward.traced_graphs() == 1
+    assert all(g.dtype == torch.float32 for pair in grads for g in pair)
+    assert all(torch.equal(a, b) for pair in grads[1:] for a, b in zip(pair, grads[0], strict=True))
+
+
 def test_the_traced_backward_of_linear_does_not_repeat_its_multiply() -> None:
     """The recomputing backward runs linear's forward multiply again (three ``mm``); the traced one has only the
     two gradient multiplies."""
