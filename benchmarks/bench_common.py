@@ -60,17 +60,21 @@ W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_la
           num_attention_heads=4, num_key_value_heads=2)
 
 
-def w1_step(device: str, seed: int = 0, backend: str | None = None) -> Callable[[], float]:
+def w1_step(device: str, seed: int = 0, backend: str | None = None,
+            convert: Callable[[Any], Any] | None = None) -> Callable[[], float]:
     """A closure running one W1 training step on ``device`` (model and data built once, seeded): forward
     with labels, zero_grad, backward, optimizer step, ``loss.item()``. ``backend``: the forward runs under
-    ``torch.compile(model, backend=backend)`` (None: eagerly)."""
+    ``torch.compile(model, backend=backend)`` (None: eagerly). ``convert``: applied to the model and to the
+    input ids before the optimizer is made (a tensor subclass the step runs on: dispatch_floors)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(**W1)).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(seed)).to(device)
+    if convert is not None:
+        model, ids = convert(model), convert(ids)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     forward = model if backend is None else torch.compile(model, backend=backend)
 
     def step() -> float:

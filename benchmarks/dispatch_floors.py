@@ -106,22 +106,12 @@ def to_nop(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+def _to_nop(value: Any) -> Any:
+    return to_nop(value) if isinstance(value, torch.nn.Module) else wrap(value)
+
+
 def w1_step_nop(seed: int = 0) -> Callable[[], float]:
     """W1's training step (bench_common.w1_step) with the model, optimizer state and inputs behind NopTensor."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from bench_common import w1_step
 
-    from bench_common import W1
-
-    torch.manual_seed(seed)
-    model = to_nop(LlamaForCausalLM(LlamaConfig(**W1)))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = wrap(torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(seed)))
-
-    def step() -> float:
-        loss = model(input_ids=ids, labels=ids).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    return step
+    return w1_step("cpu", seed, convert=_to_nop)
