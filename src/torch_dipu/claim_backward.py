@@ -107,26 +107,41 @@ def _fake_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(span, dtype=t.dtype, device=t.device).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
+def recompute(op: torch._ops.OpOverload, rebuild: Callable, needs: tuple[bool, ...], saved: tuple, grads: tuple,
+              create_graph: bool) -> tuple:
+    """The gradients of the inputs that need them (in input order), by recomputing ``op``'s decomposition on the
+    saved inputs and differentiating it: the recomputing backward, and what a trace records."""
+    # With create_graph the saved inputs keep their history, so the gradients are differentiable; one alias per
+    # argument either way, so a tensor passed twice (``F.linear(x, x)``) gets each position's gradient once.
+    if create_graph:
+        inputs = [t.view_as(t) if n else t for t, n in zip(saved, needs, strict=True)]
+    else:
+        inputs = [t.detach().requires_grad_(n) for t, n in zip(saved, needs, strict=True)]
+    # The vendor ran the operator as one kernel on the inputs it was given: autocast acts at its boundary only.
+    with torch.enable_grad(), torch.autocast("dipu", enabled=False):
+        args, kwargs = rebuild(inputs)
+        # The C++ kernel the CPU runs; ``op.decompose`` would prefer torch._decomp's Python rewrite where one exists
+        # (``upsample_bilinear2d.vec``), whose gradients differ from the CPU's in the last bits.
+        out = op._op_dk(_CIA_KEY, *args, **kwargs)
+    outs = out if isinstance(out, tuple) else (out,)
+    pairs = [(o, g) for o, g in zip(outs, grads, strict=True)
+             if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
+    wanted = [x for x, n in zip(inputs, needs, strict=True) if n]
+    if not pairs:
+        return tuple(None for _ in wanted)
+    return tuple(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True,
+                                     create_graph=create_graph))
+
+
 def _backward_function(op: torch._ops.OpOverload, rebuild: Callable, needs: tuple[bool, ...],
                        present: tuple[bool, ...]) -> Callable:
-    """``(saved inputs..., present grads...) -> gradients of the inputs that need them``, by recomputing the
-    decomposition and differentiating it (what the recomputing backward does, as one function to trace)."""
+    """:func:`recompute` as ``(saved inputs..., present grads...) -> gradients``, the form ``make_fx`` traces."""
     count = len(needs)
 
     def backward(*tensors: torch.Tensor) -> tuple:
-        saved, given = tensors[:count], iter(tensors[count:])
-        inputs = [t.detach().requires_grad_(n) for t, n in zip(saved, needs, strict=True)]
-        with torch.enable_grad(), torch.autocast("dipu", enabled=False):  # as the recomputing backward
-            args, kwargs = rebuild(inputs)
-            out = op._op_dk(_CIA_KEY, *args, **kwargs)
-        outs = out if isinstance(out, tuple) else (out,)
-        grads = [next(given) if p else None for p in present]
-        pairs = [(o, g) for o, g in zip(outs, grads, strict=True)
-                 if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
-        wanted = [x for x, n in zip(inputs, needs, strict=True) if n]
-        if not pairs:
-            return tuple(None for _ in wanted)
-        return tuple(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True))
+        given = iter(tensors[count:])
+        grads = tuple(next(given) if p else None for p in present)
+        return recompute(op, rebuild, needs, tensors[:count], grads, False)
 
     return backward
 

@@ -33,8 +33,6 @@ from torch_dipu import claim_backward
 from torch_dipu.op_schema import returns_view
 from torch_dipu.tensor import DipuTensor
 
-_CIA = "CompositeImplicitAutograd"
-_CIA_KEY = torch._C.DispatchKey.CompositeImplicitAutograd
 _KEY = "AutogradPrivateUse1"
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 _Tensor = torch.Tensor
@@ -107,29 +105,11 @@ class _Claimed(torch.autograd.Function):
     def backward(ctx: Any, *grads: Any) -> Any:
         needs = ctx.needs_input_grad[3:]
         saved = ctx.saved_tensors
-        traced = claim_backward.run(ctx.op, ctx.rebuild, ctx.statics, needs, saved, grads)
-        if traced is not None:  # the decomposition's backward traced once for this signature: no recomputation
-            got = iter(traced)
-            return (None, None, None, *(next(got) if n else None for n in needs))
-        create_graph = torch.is_grad_enabled()
-        # With create_graph the saved inputs keep their history, so the gradients are differentiable; one alias
-        # per argument either way, so a tensor passed twice (``F.linear(x, x)``) gets each position's gradient once.
-        if create_graph:
-            inputs = [t.view_as(t) if n else t for t, n in zip(saved, needs, strict=True)]
-        else:
-            inputs = [t.detach().requires_grad_(n) for t, n in zip(saved, needs, strict=True)]
-        # The vendor ran the operator as one kernel on the inputs it was given: autocast acts at its boundary only.
-        with torch.enable_grad(), torch.autocast("dipu", enabled=False):
-            args, kwargs = ctx.rebuild(inputs)
-            # The C++ kernel the CPU runs; ``op.decompose`` would prefer torch._decomp's Python rewrite where one
-            # exists (``upsample_bilinear2d.vec``), whose gradients differ from the CPU's in the last bits.
-            out = ctx.op._op_dk(_CIA_KEY, *args, **kwargs)
-        outs = out if isinstance(out, tuple) else (out,)
-        pairs = [(o, g) for o, g in zip(outs, grads, strict=True)
-                 if g is not None and isinstance(o, _Tensor) and o.requires_grad]
-        wanted = [x for x, n in zip(inputs, needs, strict=True) if n]
-        got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True,
-                                       create_graph=create_graph) if pairs else [None] * len(wanted))
+        # the decomposition's backward traced once for this signature (no recomputation), else recomputed
+        found = claim_backward.run(ctx.op, ctx.rebuild, ctx.statics, needs, saved, grads)
+        if found is None:
+            found = claim_backward.recompute(ctx.op, ctx.rebuild, needs, saved, grads, torch.is_grad_enabled())
+        got = iter(found)
         return (None, None, None, *(next(got) if n else None for n in needs))
 
 
