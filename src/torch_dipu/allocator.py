@@ -7,7 +7,9 @@ or to the vendor (``RAW``), chosen by ``DIPU_DEVICE_MEMCACHING_ALGORITHM``:
 
 * ``BF`` (default), best fit as CUDA: sizes rounded up to 512 bytes; requests up to 1 MiB come from 2 MiB
   segments, larger ones below 10 MiB from 20 MiB segments, others from a segment of their size rounded up to
-  2 MiB; the smallest free block that fits is split, freed neighbours merge.
+  2 MiB; the smallest free block that fits is split. A freed block is held for the next request of its size and
+  merges with its free neighbours when a request finds no free block (before any new segment), on
+  ``empty_cache`` and for a snapshot.
 * ``BS``, size bins: sizes rounded up to a power of two (at least 512 bytes), one block per segment, no splitting.
 * ``RAW``: every block is its own vendor allocation, freed at once (reserved == allocated).
 
@@ -16,12 +18,15 @@ storages out of segment buffers would give unrelated tensors one storage (breaki
 safetensors' shared-tensor checks) and let a stale view read a reused block. The allocator decides *whether* and
 *where* memory is available, so ``memory_reserved``, ``empty_cache``, out-of-memory errors and snapshots behave
 as on CUDA, and the vendor sees the malloc/free traffic of a caching allocator.
+
+A storage's death only queues its block (``_storage_died``); the next allocator call or figure frees the queue
+under the lock, so no figure shows the delay and no callback ever runs inside the allocator's own code.
 """
 
 from __future__ import annotations
 
 import bisect
-import sys
+import collections
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -38,20 +43,27 @@ LARGE_BUFFER = 20 << 20  #: segment size of large requests below MIN_LARGE_ALLOC
 MIN_LARGE_ALLOC = 10 << 20
 ROUND_LARGE = 2 << 20  #: larger requests get a segment of their size rounded up to this
 ALGORITHMS = ("BF", "BS", "RAW")
+_ADDRESS = (1 << 64) - 1  #: the address bits of a free pool's key (``size << 64 | address``)
 
 
 class Block:
     """A range of device memory: allocated to a storage (or ``caching_allocator_alloc``) or free in the cache."""
 
-    __slots__ = ("address", "allocated", "device", "next", "prev", "ref", "requested", "segment", "size")
+    __slots__ = ("address", "allocated", "device", "held", "next", "prev", "requested", "segment", "size")
 
     def __init__(self, device: int, address: int, size: int, segment: Segment) -> None:
         self.device, self.address, self.size, self.segment = device, address, size, segment
         self.requested = 0
         self.allocated = False
+        self.held = False  # free, kept unmerged in its size's list (BF: CachingAllocator._free_bf)
         self.prev: Block | None = None
         self.next: Block | None = None
-        self.ref: weakref.ref | None = None  # the storage this block backs (None: none or a manual block)
+
+
+class _StorageRef(weakref.ref):
+    """The weak reference by which a storage's death frees its block (slots: no closure per storage)."""
+
+    __slots__ = ("block", "key")
 
 
 class Segment:
@@ -73,14 +85,18 @@ class Segment:
 class Stat:
     """One statistic as CUDA keeps it: current value, peak, and the totals added and removed."""
 
-    __slots__ = ("allocated", "current", "freed", "peak")
+    __slots__ = ("current", "freed", "peak")
 
     def __init__(self) -> None:
-        self.current = self.peak = self.allocated = self.freed = 0
+        self.current = self.peak = self.freed = 0
+
+    @property
+    def allocated(self) -> int:
+        """The total ever added (what is there now plus what went)."""
+        return self.current + self.freed
 
     def add(self, n: int) -> None:
         self.current += n
-        self.allocated += n
         if self.current > self.peak:
             self.peak = self.current
 
@@ -95,9 +111,12 @@ class DeviceMemory:
     def __init__(self, index: int, physical: int, capacity: int) -> None:
         self.index, self.physical, self.capacity = index, physical, capacity
         self.segments: dict[int, Segment] = {}  # address -> segment
-        self.free_small: list[tuple[int, int]] = []  # sorted (size, address) of free blocks (BF)
-        self.free_large: list[tuple[int, int]] = []
+        # Free blocks (BF), sorted by size then address: each key is ``size << 64 | address`` (one int compares
+        # faster than a tuple).
+        self.free_small: list[int] = []
+        self.free_large: list[int] = []
         self.free_blocks: dict[int, Block] = {}  # address -> free cached block (BF, BS)
+        self.held: dict[int, list[Block]] = {}  # size -> freed blocks not merged yet, last freed last (BF)
         self.bins: dict[int, list[Block]] = {}  # size -> free blocks (BS)
         self.allocated_bytes, self.requested_bytes, self.reserved_bytes = Stat(), Stat(), Stat()
         self.allocation, self.segment = Stat(), Stat()
@@ -119,10 +138,6 @@ def _round(nbytes: int) -> int:
     return (nbytes + ROUND - 1) // ROUND * ROUND
 
 
-def _finalizing() -> bool:
-    return sys is None or sys.is_finalizing()
-
-
 class CachingAllocator:
     """The device memory of every dipu device (``state.memory``): blocks for storages, segments from the vendor.
 
@@ -137,17 +152,20 @@ class CachingAllocator:
         self.vendor: str = runtime.name
         self.algorithm = algorithm
         self.devices: list[DeviceMemory] = []
-        self._live: dict[int, Block] = {}  # id(storage) -> its block
+        self._live: dict[int, _StorageRef] = {}  # id(storage) -> its weak reference (``.block``: its block)
+        self._died = self._storage_died  # the callback of every storage's weak reference, bound once
         self._manual: dict[int, Block] = {}  # address -> block of caching_allocator_alloc
-        # Blocks whose storage died while an allocator call was running (a garbage collection it triggered, or
-        # another thread): freed when that call ends. The lock orders threads.
+        # Blocks whose storage died, freed (in the order they died) under the lock by the next allocator call or
+        # figure, never inside the weak reference's callback: a callback may run in the middle of an allocator
+        # call (a garbage collection it triggered, another thread), and one append is all it costs. Every figure
+        # and every allocation frees them first, so no one can see the delay.
         self._lock = threading.Lock()
-        self._busy = False
-        self._pending: list[Block] = []
+        self._dead: collections.deque[Block] = collections.deque()
         #: The memory checker (torch_dipu.mem_check) when enabled: told of every block allocated and freed.
         self.observer: Any = None
         self._alloc: Callable[[DeviceMemory, int], Block] = getattr(self, f"_alloc_{algorithm.lower()}")
-        self._release_block: Callable[[DeviceMemory, Block], None] = getattr(self, f"_free_{algorithm.lower()}")
+        self._release_block: Callable[[DeviceMemory, Block], None] | None = getattr(
+            self, f"_free_{algorithm.lower()}", None)  # BF's free is _reclaim's
 
     # -- devices ------------------------------------------------------------------------------------------
     def resize(self, capacity: list[int], physical: list[int] | None = None) -> None:
@@ -171,11 +189,15 @@ class CachingAllocator:
         """Give the storage of ``raw`` (a kernel's output on device ``index``) a block unless it has one."""
         storage = raw.untyped_storage()
         key = id(storage)
-        if key in self._live:
+        live = self._live
+        if key in live:
             return
         nbytes = storage.nbytes()
         if nbytes:
-            self._bind(storage, key, self.malloc(index, nbytes))
+            ref = _StorageRef(storage, self._died)  # _bind, inlined (hot path)
+            ref.block = self.malloc(index, nbytes)
+            ref.key = key
+            live[key] = ref
 
     def allocate(self, index: int, nbytes: int, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The storage tensor ``make()`` creates, its ``nbytes`` block taken first (a request that cannot fit
@@ -200,27 +222,24 @@ class CachingAllocator:
         """Move the storage of ``raw`` to a block of its new size after an in-place resize (new block first,
         then the old one freed, as a device resize copies)."""
         storage = raw.untyped_storage()
-        key = id(storage)
-        old = self._live.get(key)
-        if old is None:
+        ref = self._live.get(id(storage))
+        if ref is None:
             self.track(raw, index)
             return
         nbytes = storage.nbytes()
-        if nbytes == old.requested:
+        if nbytes == ref.block.requested:
             return
-        if nbytes:
-            new = self.malloc(index, nbytes)
-            new.ref, old.ref = old.ref, None
-            self._live[key] = new
-        else:
-            del self._live[key]
-        self.free(old)
+        self._move(ref, index, nbytes)
 
     def resize_storage(self, storage: torch.UntypedStorage, index: int, nbytes: int) -> None:
         """``storage.resize_(nbytes)`` (a vendor storage on device ``index``) with its block moved to one of the new
         size. The new block is taken first: a size that cannot fit raises ``torch.OutOfMemoryError`` and leaves the
         storage as it was."""
         key = id(storage)
+        ref = self._live.get(key)
+        if ref is not None:
+            self._move(ref, index, nbytes, lambda: storage.resize_(nbytes))
+            return
         new = self.malloc(index, nbytes) if nbytes else None
         try:
             storage.resize_(nbytes)
@@ -228,98 +247,120 @@ class CachingAllocator:
             if new is not None:
                 self.free(new)
             raise
-        old = self._live.pop(key, None)
         if new is not None:
-            if old is not None:
-                new.ref, old.ref = old.ref, None
-                self._live[key] = new
-            else:
-                self._bind(storage, key, new)
-        if old is not None:
-            self.free(old)
+            self._bind(storage, key, new)
+
+    def _move(self, ref: _StorageRef, index: int, nbytes: int, resize: Callable[[], Any] | None = None) -> None:
+        """Give the storage of ``ref`` a block of ``nbytes`` (none for 0): the new block is taken, ``resize()``
+        run (a failure frees the new block and keeps the old), then the old block freed."""
+        new = self.malloc(index, nbytes) if nbytes else None
+        if resize is not None:
+            try:
+                resize()
+            except BaseException:
+                if new is not None:
+                    self.free(new)
+                raise
+        old = ref.block
+        if new is None:
+            del self._live[ref.key]
+            ref.block = None
+        else:
+            ref.block = new
+        self.free(old)
 
     def _bind(self, storage: torch.UntypedStorage, key: int, block: Block) -> None:
-        block.ref = weakref.ref(storage, lambda _ref, key=key: self._storage_died(key))
-        self._live[key] = block
+        ref = _StorageRef(storage, self._died)
+        ref.block = block
+        ref.key = key
+        self._live[key] = ref
 
-    def _storage_died(self, key: int) -> None:
-        block = self._live.pop(key, None)
-        if block is None:
-            return
-        if self._busy:  # inside an allocator call (a garbage collection it triggered, or another thread)
-            self._pending.append(block)
-            return
-        try:
-            self.free(block)
-        except Exception:
-            if not _finalizing():
-                raise
+    def _storage_died(self, ref: _StorageRef) -> None:
+        """The weak reference callback of a storage (``self._died``, bound once): its block is freed later."""
+        live = self._live
+        if live.get(ref.key) is ref:
+            del live[ref.key]
+            if self.observer is not None:  # the memory checker hears of the free where it happened
+                self.observer.on_free(ref.block)
+            self._dead.append(ref.block)
 
-    def _drain(self) -> None:
-        while self._pending:
-            self.free(self._pending.pop())
+    def settle(self) -> None:
+        """Free the blocks of storages that died since the last allocator call (done before every figure)."""
+        if self._dead:
+            with self._lock:
+                self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Free the blocks in ``_dead`` (the lock is held): statistics, then the block back to the cache (BF:
+        held in its size's list) or the vendor."""
+        dead = self._dead
+        devices = self.devices
+        hold = self.algorithm == "BF"
+        while dead:
+            block = dead.popleft()
+            device = devices[block.device]
+            size = block.size
+            stat = device.allocated_bytes
+            stat.current -= size
+            stat.freed += size
+            stat = device.requested_bytes
+            stat.current -= block.requested
+            stat.freed += block.requested
+            stat = device.allocation
+            stat.current -= 1
+            stat.freed += 1
+            block.allocated = False
+            block.requested = 0
+            if hold:  # _free_bf, inlined (hot path)
+                block.held = True
+                held = device.held.get(size)
+                if held is None:
+                    device.held[size] = [block]
+                else:
+                    held.append(block)
+            else:
+                self._release_block(device, block)
 
     # -- blocks -------------------------------------------------------------------------------------------
     def malloc(self, index: int, nbytes: int) -> Block:
         """A block of at least ``nbytes`` on device ``index`` (``torch.OutOfMemoryError`` if none can be had)."""
         device = self.devices[index]
         with self._lock:
-            self._busy = True
-            try:
+            if self._dead:
+                self._reclaim()
+            held = device.held.get((nbytes + 511) & ~511)  # BF's held blocks of this size (_alloc_bf, inlined)
+            if held:
+                block = held.pop()
+                block.held = False
+            else:
                 block = self._alloc(device, nbytes)
-                block.allocated = True
-                block.requested = nbytes
-                size = block.size
-                stat = device.allocated_bytes
-                stat.current += size
-                stat.allocated += size
-                if stat.current > stat.peak:
-                    stat.peak = stat.current
-                stat = device.requested_bytes
-                stat.current += nbytes
-                stat.allocated += nbytes
-                if stat.current > stat.peak:
-                    stat.peak = stat.current
-                stat = device.allocation
-                stat.current += 1
-                stat.allocated += 1
-                if stat.current > stat.peak:
-                    stat.peak = stat.current
-                if self.observer is not None:
-                    self.observer.on_alloc(block)
-            finally:
-                self._busy = False
-        if self._pending:
-            self._drain()
+            block.allocated = True
+            block.requested = nbytes
+            stat = device.allocated_bytes
+            stat.current += block.size
+            if stat.current > stat.peak:
+                stat.peak = stat.current
+            stat = device.requested_bytes
+            stat.current += nbytes
+            if stat.current > stat.peak:
+                stat.peak = stat.current
+            stat = device.allocation
+            stat.current += 1
+            if stat.current > stat.peak:
+                stat.peak = stat.current
+            if self.observer is not None:
+                self.observer.on_alloc(block)
         return block
 
     def free(self, block: Block) -> None:
         """Return an allocated block to the cache (BF, BS) or the vendor (RAW)."""
         with self._lock:
-            self._busy = True
-            try:
-                if not block.allocated:
-                    raise RuntimeError(f"dipu allocator: block 0x{block.address:x} is freed twice")
-                if self.observer is not None:
-                    self.observer.on_free(block)
-                device = self.devices[block.device]
-                block.allocated = False
-                stat = device.allocated_bytes
-                stat.current -= block.size
-                stat.freed += block.size
-                stat = device.requested_bytes
-                stat.current -= block.requested
-                stat.freed += block.requested
-                stat = device.allocation
-                stat.current -= 1
-                stat.freed += 1
-                block.requested = 0
-                block.ref = None
-                self._release_block(device, block)
-            finally:
-                self._busy = False
-        if self._pending:
-            self._drain()
+            if not block.allocated or block in self._dead:
+                raise RuntimeError(f"dipu allocator: block 0x{block.address:x} is freed twice")
+            if self.observer is not None:
+                self.observer.on_free(block)
+            self._dead.append(block)
+            self._reclaim()
 
     def caching_allocator_alloc(self, index: int, nbytes: int) -> int:
         """A block owned by no tensor (``torch.dipu.caching_allocator_alloc``): its address (0 for 0 bytes)."""
@@ -380,13 +421,21 @@ class CachingAllocator:
         self._raw_free(device, segment.address, segment.size)
 
     # -- BF: best fit with splitting and merging --------------------------------------------------------------
+    # A freed block is *held*, not merged (``_reclaim``): the next request of its size takes it back at once (the
+    # last freed first, in ``malloc``), with no search, split or merge: most requests of a training step repeat the
+    # sizes of the last. Held blocks merge with their free neighbours when a request finds no free block (before
+    # any new segment), on empty_cache and for a snapshot; so reserved memory grows only when no merged free range
+    # could serve the request.
     def _alloc_bf(self, device: DeviceMemory, nbytes: int) -> Block:
         size = (nbytes + 511) & ~511  # _round, inlined (hot path)
         small = size <= SMALL_SIZE
         pool = device.free_small if small else device.free_large
-        pos = bisect.bisect_left(pool, (size, 0))
+        pos = bisect.bisect_left(pool, size << 64)
+        if pos == len(pool) and device.held:  # no free block fits: merge the held ones, look again
+            self._merge_held(device)
+            pos = bisect.bisect_left(pool, size << 64)
         if pos < len(pool):
-            block = device.free_blocks.pop(pool.pop(pos)[1])
+            block = device.free_blocks.pop(pool.pop(pos) & _ADDRESS)
         else:
             seg_size = SMALL_BUFFER if small else LARGE_BUFFER if size < MIN_LARGE_ALLOC else \
                 (size + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
@@ -404,23 +453,31 @@ class CachingAllocator:
 
     def _cache_bf(self, device: DeviceMemory, block: Block) -> None:
         device.free_blocks[block.address] = block
-        bisect.insort(device.free_small if block.segment.small else device.free_large, (block.size, block.address))
+        bisect.insort(device.free_small if block.segment.small else device.free_large, block.size << 64 | block.address)
 
     def _uncache_bf(self, device: DeviceMemory, block: Block) -> None:
         del device.free_blocks[block.address]
         pool = device.free_small if block.segment.small else device.free_large
-        del pool[bisect.bisect_left(pool, (block.size, block.address))]
+        del pool[bisect.bisect_left(pool, block.size << 64 | block.address)]
 
-    def _free_bf(self, device: DeviceMemory, block: Block) -> None:
+    def _merge_held(self, device: DeviceMemory) -> None:
+        """Merge every held block with its free neighbours into the best-fit pools."""
+        blocks = [b for held in device.held.values() for b in held]
+        device.held.clear()
+        for block in sorted(blocks, key=lambda b: b.address):
+            block.held = False
+            self._merge_bf(device, block)
+
+    def _merge_bf(self, device: DeviceMemory, block: Block) -> None:
         after = block.next
-        if after is not None and not after.allocated:
+        if after is not None and not after.allocated and not after.held:
             self._uncache_bf(device, after)
             block.size += after.size
             block.next = after.next
             if after.next is not None:
                 after.next.prev = block
         before = block.prev
-        if before is not None and not before.allocated:
+        if before is not None and not before.allocated and not before.held:
             self._uncache_bf(device, before)
             before.size += block.size
             before.next = block.next
@@ -457,16 +514,13 @@ class CachingAllocator:
         used ones (the rest of such a segment becomes one segment per run of allocated blocks). Afterwards
         reserved == allocated on every device."""
         with self._lock:
-            self._busy = True
-            try:
-                for device in self.devices:
-                    self._empty(device)
-            finally:
-                self._busy = False
-        if self._pending:
-            self._drain()
+            self._reclaim()
+            for device in self.devices:
+                self._empty(device)
 
     def _empty(self, device: DeviceMemory) -> None:
+        if device.held:
+            self._merge_held(device)
         if not device.free_blocks:
             return
         device.free_blocks.clear()
@@ -510,18 +564,23 @@ class CachingAllocator:
 
     # -- figures ------------------------------------------------------------------------------------------
     def allocated(self, index: int) -> int:
+        self.settle()
         return self.devices[index].allocated_bytes.current
 
     def reserved(self, index: int) -> int:
+        self.settle()
         return self.devices[index].reserved_bytes.current
 
     def peak(self, index: int) -> int:
+        self.settle()
         return self.devices[index].allocated_bytes.peak
 
     def peak_reserved(self, index: int) -> int:
+        self.settle()
         return self.devices[index].reserved_bytes.peak
 
     def reset_peak(self, index: int) -> None:
+        self.settle()
         device = self.devices[index]
         for stat in (device.allocated_bytes, device.requested_bytes, device.reserved_bytes, device.allocation,
                      device.segment):
@@ -529,20 +588,28 @@ class CachingAllocator:
 
     def stats(self, index: int) -> dict[str, int]:
         """``torch.cuda.memory_stats`` keys that apply (``.all`` pool only) with the same names."""
+        self.settle()
         return self.devices[index].stats()
 
     def mem_get_info(self, index: int) -> tuple[int, int]:
         """(free, total): the capacity less what this process has reserved."""
+        self.settle()
         device = self.devices[index]
         return max(device.capacity - device.reserved_bytes.current, 0), device.capacity
 
     def live_blocks(self) -> list[Block]:
         """Every allocated block, by device and address."""
+        self.settle()
         return [b for d in self.devices for s in sorted(d.segments.values(), key=lambda s: s.address)
                 for b in s.blocks() if b.allocated]
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Segments and their blocks in ``torch.cuda.memory_snapshot()``'s layout."""
+        """Segments and their blocks in ``torch.cuda.memory_snapshot()``'s layout (held blocks merged first)."""
+        with self._lock:
+            self._reclaim()
+            for device in self.devices:
+                if device.held:
+                    self._merge_held(device)
         out = []
         for device in self.devices:
             for segment in sorted(device.segments.values(), key=lambda s: s.address):

@@ -17,6 +17,7 @@ call of a signature (a one-off call pays no trace), a signature that fails to tr
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -118,7 +119,7 @@ def recompute(op: torch._ops.OpOverload, rebuild: Callable, needs: tuple[bool, .
     else:
         inputs = [t.detach().requires_grad_(n) for t, n in zip(saved, needs, strict=True)]
     # The vendor ran the operator as one kernel on the inputs it was given: autocast acts at its boundary only.
-    with torch.enable_grad(), torch.autocast("dipu", enabled=False):
+    with torch.enable_grad(), _autocast_off():
         args, kwargs = rebuild(inputs)
         # The C++ kernel the CPU runs; ``op.decompose`` would prefer torch._decomp's Python rewrite where one exists
         # (``upsample_bilinear2d.vec``), whose gradients differ from the CPU's in the last bits.
@@ -167,6 +168,13 @@ def _trace(op: torch._ops.OpOverload, rebuild: Callable, needs: tuple[bool, ...]
 
 
 _DETACH = torch.ops.aten.detach.default
+_autocast_enabled = torch.is_autocast_enabled
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+def _autocast_off() -> contextlib.AbstractContextManager:
+    """The device's autocast switched off for a block (no context to build when it is off already)."""
+    return torch.autocast("dipu", enabled=False) if _autocast_enabled("dipu") else _NO_CONTEXT
 
 
 def run(op: torch._ops.OpOverload, rebuild: Callable, statics: Any, needs: tuple[bool, ...], saved: tuple,
@@ -190,7 +198,7 @@ def run(op: torch._ops.OpOverload, rebuild: Callable, statics: Any, needs: tuple
     if graph is _UNTRACEABLE:
         return None
     try:
-        with torch.autocast("dipu", enabled=False):  # the traced operators as traced (autocast would recast them)
+        with _autocast_off():  # the traced operators as traced (autocast would recast them)
             return tuple(graph(*saved, *(g for g in grads if g is not None)))
     except Exception:  # noqa: BLE001 - the graph's operators are pure: the recomputing path can still serve the call
         _CACHE.put(key, _UNTRACEABLE)

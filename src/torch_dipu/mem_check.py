@@ -214,6 +214,7 @@ def enable(backtrace: bool = False, max_block: int = 10000, log_interval: int = 
     state = state or get_state()
     disable(state)
     checker = MemChecker(backtrace, max_block, log_interval)
+    state.memory.settle()
     for device in state.memory.devices:  # segments taken before the checker started may be freed later
         for segment in device.segments.values():
             checker.raw[(device.physical, segment.address)] = (segment.address + segment.size, "before the checker")

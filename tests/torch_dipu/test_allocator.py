@@ -77,6 +77,41 @@ def test_bf_rounds_splits_reuses_and_merges():
     assert alloc.stats(0)["num_device_alloc"] == 3
 
 
+def test_bf_holds_freed_blocks_for_their_size_and_merges_them_before_a_new_segment():
+    alloc, vendor = allocator("BF")
+    quarter = 512 * 1024
+    blocks = [alloc.malloc(0, quarter) for _ in range(4)]  # fill one 2 MiB segment
+    for blk in blocks[:3]:
+        alloc.free(blk)
+    again = alloc.malloc(0, quarter - 100)  # same rounded size: the last freed block, held, taken back
+    assert again.address == blocks[2].address and again.size == quarter
+    alloc.free(again)
+    alloc.free(blocks[3])
+    assert alloc.allocated(0) == 0 and alloc.reserved(0) == 2 * MiB
+    half = alloc.malloc(0, MiB)  # no held block of this size, none free: the held ones merge first
+    assert [op for op, _, _ in vendor.calls] == ["malloc"] and half.address == blocks[0].address
+    alloc.free(half)
+    (segment,) = alloc.snapshot()  # a snapshot shows held blocks merged with their neighbours
+    assert [(blk["size"], blk["state"]) for blk in segment["blocks"]] == [(2 * MiB, "inactive")]
+    stats = alloc.stats(0)
+    assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] == 6
+    assert stats["allocated_bytes.all.peak"] == 2 * MiB and stats["requested_bytes.all.peak"] == 2 * MiB
+
+
+def test_a_dead_storage_is_counted_free_by_every_figure(fresh_cache):
+    alloc = get_state().memory
+    before = torch.dipu.memory_allocated()
+    x = torch.empty(1000, device="dipu")
+    assert torch.dipu.memory_allocated() == before + 4096
+    del x  # queued by the weak reference's callback, freed by the next figure
+    assert torch.dipu.memory_allocated() == before
+    y = torch.empty(1000, device="dipu")
+    del y
+    assert alloc.stats(0)["allocation.all.current"] == alloc.stats(0)["allocation.all.allocated"] - \
+        alloc.stats(0)["allocation.all.freed"]
+    assert not any(b["requested_size"] == 4000 for s in torch.dipu.memory_snapshot() for b in s["blocks"])
+
+
 def test_bf_empty_cache_releases_holes_and_tails_exactly():
     alloc, vendor = allocator("BF")
     blocks = [alloc.malloc(0, 100 * 1024) for _ in range(6)]
