@@ -8,12 +8,14 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +227,48 @@ def torchrun_result(script: str | Path, args: list[str], nproc: int, env: dict[s
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{Path(script).name}: the torchrun launch failed ({proc.returncode}):\n{stderr[-5000:]}")
     return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+_COLLECTED = re.compile(r"Collected\s*:\s*([\d,]+)")
+
+
+def callgrind_count(script: str | Path, args: list[str], timeout: float = 1800) -> int:
+    """Instructions that ``python script *args`` counted between its :func:`counting` block's start and end, run
+    under ``valgrind --tool=callgrind --instr-atstart=no`` (the child switches counting on and off itself)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={tmp}/out",
+               sys.executable, str(script), *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind run failed ({' '.join(map(str, [script, *args]))}): {done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[None]:
+    """In a child of :func:`callgrind_count`: count the instructions of the block only."""
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", str(os.getpid())], capture_output=True, check=True)
+    time.sleep(0.5)  # callgrind takes the command at its next poll
+    try:
+        yield
+    finally:
+        subprocess.run([*control, "off", str(os.getpid())], capture_output=True, check=True)
+
+
+def missing_callgrind() -> list[str]:
+    """The valgrind tools this machine lacks (empty: callgrind can count)."""
+    return [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+
+
+def finish(out: Path, name: str, unit: str, results: list[dict], started: float, command: list[str] | None = None,
+           **env: Any) -> int:
+    """Write a benchmark's result file (``name``, ``unit``, ``results``; ``env``: the machine's, then ``env``, the
+    ``command`` that ran it and its wall time since ``started``), say where on stderr, and return main's exit status."""
+    if command is not None:
+        env["command"] = " ".join(["python", *command])
+    env["wall_s"] = round(time.perf_counter() - started, 1)
+    write_json(out, {"name": name, "unit": unit, "results": results, "env": {**environment(), **env}})
+    print(f"wrote {out}", file=sys.stderr)
+    return 0

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import W1, environment, torchrun_result, write_json
+from bench_common import W1, finish, torchrun_result
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ddp.json"
 KINDS = ("ddp2", "ddp1", "plain1", "timed2", "timed2_nocheck")
@@ -195,14 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for r in results:
         print(f"{r['case']}: {r['value']:.3f} ms (baseline {r['baseline']:.3f} ms, ratio {r['ratio']:.3f})")
-    payload = {"name": "ddp", "unit": "ms", "results": results,
-               "env": {**environment(), "rounds": args.rounds, "steps_per_round": args.steps, "warmup": args.warmup,
-                       "processes": NPROC, "worker_torch_threads": got["torch_threads"],
-                       "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1"),
-                       "wall_s": round(time.perf_counter() - start, 1)}}
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return finish(args.out, "ddp", "ms", results, start, rounds=args.rounds, steps_per_round=args.steps,
+                  warmup=args.warmup, processes=NPROC, worker_torch_threads=got["torch_threads"],
+                  omp_num_threads=os.environ.get("OMP_NUM_THREADS", "1"))
 
 
 if __name__ == "__main__":

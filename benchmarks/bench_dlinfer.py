@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import environment, write_json  # noqa: E402
+from bench_common import finish  # noqa: E402
 
 # ditorch.models imports ditorch, whose cuda mocking wraps Tensor.to (a Python call per .to on the CPU, which the
 # reference kernels use more than stock); neither side needs it here
@@ -176,17 +176,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['case']:>18}: dlinfer {row['value']:9.1f} tokens/s, stock {row['baseline']:9.1f} tokens/s,"
                   f" ratio {row['ratio']:.3f}, paired {row['paired_ratio']:.3f} (target <= {TARGET_RATIO}),"
                   f" same tokens: {row['same_tokens']}")
-    payload = {"name": "dlinfer_generate_tokens_per_s", "unit": "tokens/s", "results": results,
-               "env": {**environment(), "device": str(device), "dtype": "float32", "rounds": rounds,
-                       "new_tokens": new_tokens, "prompt_lengths": list(PROMPT_LENGTHS), "block_size": BLOCK_SIZE,
-                       "ratio": "stock tokens/s / dlinfer tokens/s (> 1: dlinfer slower)",
-                       "paired_ratio": "median over rounds of dlinfer time / stock time of the same round",
-                       "DITORCH_DISABLE_MOCK": os.environ.get("DITORCH_DISABLE_MOCK"),
-                       "command": " ".join(["python", "benchmarks/bench_dlinfer.py", *(argv or sys.argv[1:])]),
-                       "wall_s": round(time.perf_counter() - started, 1)}}
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return finish(args.out, "dlinfer_generate_tokens_per_s", "tokens/s", results, started,
+                  ["benchmarks/bench_dlinfer.py", *(argv or sys.argv[1:])], device=str(device), dtype="float32",
+                  rounds=rounds, new_tokens=new_tokens, prompt_lengths=list(PROMPT_LENGTHS), block_size=BLOCK_SIZE,
+                  ratio="stock tokens/s / dlinfer tokens/s (> 1: dlinfer slower)",
+                  paired_ratio="median over rounds of dlinfer time / stock time of the same round",
+                  DITORCH_DISABLE_MOCK=os.environ.get("DITORCH_DISABLE_MOCK"))
 
 
 if __name__ == "__main__":

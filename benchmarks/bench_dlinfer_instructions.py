@@ -19,22 +19,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import environment, write_json  # noqa: E402
+from bench_common import callgrind_count, counting, finish, missing_callgrind  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dlinfer_instructions.json"
 NEW_TOKENS = 32
-_COLLECTED = re.compile(r"Collected\s*:\s*([\d,]+)")
 
 
 def child(family: str, use_dlinfer: bool, generations: int, new_tokens: int) -> None:
@@ -59,26 +54,15 @@ def child(family: str, use_dlinfer: bool, generations: int, new_tokens: int) -> 
 
     for _ in range(3):
         generate(4)
-    control = ["callgrind_control", "-i"]
-    subprocess.run([*control, "on", str(os.getpid())], capture_output=True, check=True)
-    time.sleep(0.5)  # callgrind takes the command at its next poll
-    for _ in range(generations):
-        generate(new_tokens)
-    subprocess.run([*control, "off", str(os.getpid())], capture_output=True, check=True)
+    with counting():
+        for _ in range(generations):
+            generate(new_tokens)
 
 
 def count(family: str, use_dlinfer: bool, generations: int, new_tokens: int) -> int:
     """Instructions counted in one child process."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={tmp}/out",
-               sys.executable, __file__, "--child", family, "1" if use_dlinfer else "0", str(generations),
-               str(new_tokens)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    found = _COLLECTED.search(done.stderr)
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind run failed ({family}, dlinfer={use_dlinfer}, {new_tokens} tokens):"
-                           f" {done.stderr[-2000:]}")
-    return int(found.group(1).replace(",", ""))
+    return callgrind_count(__file__, ["--child", family, "1" if use_dlinfer else "0", str(generations),
+                                      str(new_tokens)])
 
 
 def bench_family(family: str, generations: int) -> list[dict[str, Any]]:
@@ -113,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", default=",".join(bench_dlinfer.FAMILIES))
     parser.add_argument("--generations", type=int, default=2, help="generate() calls counted per run (default 2)")
     args = parser.parse_args(argv)
-    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    missing = missing_callgrind()
     if missing:
         parser.error(f"needs {' and '.join(missing)} (apt install valgrind)")
     families = [f for f in args.families.split(",") if f]
@@ -127,14 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(row)
             print(f"{row['case']:>18}: dlinfer {row['value']:>11,} stock {row['baseline']:>11,} instructions,"
                   f" ratio {row['ratio']:.3f}")
-    payload = {"name": "dlinfer_generate_instructions", "unit": "instructions", "results": results,
-               "env": {**environment(), "torch_threads": 1, "generations": args.generations,
-                       "new_tokens": NEW_TOKENS, "ratio": "dlinfer instructions / stock instructions",
-                       "command": " ".join(["python", "benchmarks/bench_dlinfer_instructions.py", *argv]),
-                       "wall_s": round(time.perf_counter() - started, 1)}}
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return finish(args.out, "dlinfer_generate_instructions", "instructions", results, started,
+                  ["benchmarks/bench_dlinfer_instructions.py", *argv], torch_threads=1, generations=args.generations,
+                  new_tokens=NEW_TOKENS, ratio="dlinfer instructions / stock instructions")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import environment, write_json  # noqa: E402
+from bench_common import finish  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "lmdeploy_serving.json"
 TARGET_RATIO = 2.0
@@ -187,15 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                                           if a != b]}
     print(f"LMDeploy {value:.1f} tokens/s, transformers request by request {baseline:.1f} tokens/s: "
           f"{row['ratio']:.2f}x (target >= {TARGET_RATIO}), same tokens: {row['same_tokens']}")
-    payload = {"name": "lmdeploy_serving_tokens_per_s", "unit": "tokens/s", "results": [row],
-               "env": {**environment(), "device": "dipu (import ditorch: cuda -> dipu)", "dtype": "float16",
-                       "model": CONFIG, "quick": args.quick,
-                       "ratio": "LMDeploy tokens/s / transformers tokens/s (> 1: LMDeploy faster)",
-                       "command": " ".join(["python", "benchmarks/bench_lmdeploy_serving.py", *argv]),
-                       "wall_s": round(time.perf_counter() - started, 1)}}
-    write_json(args.out, payload)
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return finish(args.out, "lmdeploy_serving_tokens_per_s", "tokens/s", [row], started,
+                  ["benchmarks/bench_lmdeploy_serving.py", *argv], device="dipu (import ditorch: cuda -> dipu)",
+                  dtype="float16", model=CONFIG, quick=args.quick,
+                  ratio="LMDeploy tokens/s / transformers tokens/s (> 1: LMDeploy faster)")
 
 
 if __name__ == "__main__":

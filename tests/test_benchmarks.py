@@ -175,6 +175,27 @@ def test_dlinfer_instruction_rows_from_counts(monkeypatch) -> None:
     fields = ("case", "value", "baseline", "ratio")
     assert tuple(prefill[k] for k in fields) == ("llama_prefill", 150, 200, 0.75)
     assert tuple(decode[k] for k in fields) == ("llama_decode", 9, 10, 0.9)
-    monkeypatch.setattr(bench.shutil, "which", lambda tool: None)
+    monkeypatch.setattr(bench, "missing_callgrind", lambda: ["valgrind"])
     with pytest.raises(SystemExit):
         bench.main(["--families", "llama"])
+
+
+def test_dipu_instruction_rows_from_counts(monkeypatch) -> None:
+    """bench_dipu_instructions: per call = (I(long) - I(short)) / extra calls; add's value and floor are over the CPU's
+    per call, W1's ratios are dipu / CPU and dipu / floor (callgrind itself is not run here: minutes under valgrind)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_dipu_instructions as bench
+
+    per = {"add": {"cpu": 10, "nop_subclass": 50, "dipu": 70}, "w1": {"cpu": 100, "nop_subclass": 140, "dipu": 160}}
+
+    def counter(case: str, side: str, n: int) -> int:
+        return 1000 + per[case][side] * n
+
+    add = bench.rows("add", 100, counter)
+    fields = ("value", "baseline", "floor_nop_subclass", "floor_ratio_nop_subclass")
+    assert tuple(add[k] for k in fields) == (60, 10, 40, 1.5)
+    w1 = bench.rows("w1", 2, counter)
+    assert (w1["value"], w1["baseline"], w1["ratio"], w1["floor_ratio_nop_subclass"]) == (160, 100, 1.6, 1.143)
+    monkeypatch.setattr(bench, "missing_callgrind", lambda: ["valgrind"])
+    with pytest.raises(SystemExit):
+        bench.main([])

@@ -55,7 +55,9 @@ class Block:
         self.device, self.address, self.size, self.segment = device, address, size, segment
         self.requested = 0
         self.allocated = False
-        self.held = False  # free, kept unmerged in its size's list (BF: CachingAllocator._free_bf)
+        # Freed but held unmerged in its size's list (BF, CachingAllocator._reclaim): it keeps ``allocated`` set,
+        # so that merging and the segment code leave it alone until CachingAllocator._merge_held.
+        self.held = False
         self.prev: Block | None = None
         self.next: Block | None = None
 
@@ -160,12 +162,14 @@ class CachingAllocator:
         # call (a garbage collection it triggered, another thread), and one append is all it costs. Every figure
         # and every allocation frees them first, so no one can see the delay.
         self._lock = threading.Lock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self._dead: collections.deque[Block] = collections.deque()
         #: The memory checker (torch_dipu.mem_check) when enabled: told of every block allocated and freed.
         self.observer: Any = None
         self._alloc: Callable[[DeviceMemory, int], Block] = getattr(self, f"_alloc_{algorithm.lower()}")
         self._release_block: Callable[[DeviceMemory, Block], None] | None = getattr(
-            self, f"_free_{algorithm.lower()}", None)  # BF's free is _reclaim's
+            self, f"_free_{algorithm.lower()}", None)
+        self._hold = algorithm == "BF"  # BF's free is _reclaim's: the block is held
 
     # -- devices ------------------------------------------------------------------------------------------
     def resize(self, capacity: list[int], physical: list[int] | None = None) -> None:
@@ -295,7 +299,7 @@ class CachingAllocator:
         held in its size's list) or the vendor."""
         dead = self._dead
         devices = self.devices
-        hold = self.algorithm == "BF"
+        hold = self._hold
         while dead:
             block = dead.popleft()
             device = devices[block.device]
@@ -309,9 +313,7 @@ class CachingAllocator:
             stat = device.allocation
             stat.current -= 1
             stat.freed += 1
-            block.allocated = False
-            block.requested = 0
-            if hold:  # _free_bf, inlined (hot path)
+            if hold:  # held for the next request of its size (see _alloc_bf)
                 block.held = True
                 held = device.held.get(size)
                 if held is None:
@@ -319,13 +321,16 @@ class CachingAllocator:
                 else:
                     held.append(block)
             else:
+                block.allocated = False
+                block.requested = 0
                 self._release_block(device, block)
 
     # -- blocks -------------------------------------------------------------------------------------------
     def malloc(self, index: int, nbytes: int) -> Block:
         """A block of at least ``nbytes`` on device ``index`` (``torch.OutOfMemoryError`` if none can be had)."""
         device = self.devices[index]
-        with self._lock:
+        self._acquire()  # bound once: half the cost of ``with self._lock`` on this path
+        try:
             if self._dead:
                 self._reclaim()
             held = device.held.get((nbytes + 511) & ~511)  # BF's held blocks of this size (_alloc_bf, inlined)
@@ -334,7 +339,7 @@ class CachingAllocator:
                 block.held = False
             else:
                 block = self._alloc(device, nbytes)
-            block.allocated = True
+                block.allocated = True
             block.requested = nbytes
             stat = device.allocated_bytes
             stat.current += block.size
@@ -350,12 +355,14 @@ class CachingAllocator:
                 stat.peak = stat.current
             if self.observer is not None:
                 self.observer.on_alloc(block)
+        finally:
+            self._release()
         return block
 
     def free(self, block: Block) -> None:
         """Return an allocated block to the cache (BF, BS) or the vendor (RAW)."""
         with self._lock:
-            if not block.allocated or block in self._dead:
+            if not block.allocated or block.held or block in self._dead:
                 raise RuntimeError(f"dipu allocator: block 0x{block.address:x} is freed twice")
             if self.observer is not None:
                 self.observer.on_free(block)
@@ -465,19 +472,20 @@ class CachingAllocator:
         blocks = [b for held in device.held.values() for b in held]
         device.held.clear()
         for block in sorted(blocks, key=lambda b: b.address):
-            block.held = False
+            block.held = block.allocated = False
+            block.requested = 0
             self._merge_bf(device, block)
 
     def _merge_bf(self, device: DeviceMemory, block: Block) -> None:
         after = block.next
-        if after is not None and not after.allocated and not after.held:
+        if after is not None and not after.allocated:
             self._uncache_bf(device, after)
             block.size += after.size
             block.next = after.next
             if after.next is not None:
                 after.next.prev = block
         before = block.prev
-        if before is not None and not before.allocated and not before.held:
+        if before is not None and not before.allocated:
             self._uncache_bf(device, before)
             before.size += block.size
             before.next = block.next
@@ -601,7 +609,7 @@ class CachingAllocator:
         """Every allocated block, by device and address."""
         self.settle()
         return [b for d in self.devices for s in sorted(d.segments.values(), key=lambda s: s.address)
-                for b in s.blocks() if b.allocated]
+                for b in s.blocks() if b.allocated and not b.held]
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Segments and their blocks in ``torch.cuda.memory_snapshot()``'s layout (held blocks merged first)."""

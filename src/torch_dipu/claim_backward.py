@@ -199,7 +199,8 @@ def run(op: torch._ops.OpOverload, rebuild: Callable, statics: Any, needs: tuple
         return None
     try:
         with _autocast_off():  # the traced operators as traced (autocast would recast them)
-            return tuple(graph(*saved, *(g for g in grads if g is not None)))
+            # forward itself: the graph is ours, with no module hooks for nn.Module.__call__ to look for
+            return tuple(graph.forward(*saved, *(g for g in grads if g is not None)))
     except Exception:  # noqa: BLE001 - the graph's operators are pure: the recomputing path can still serve the call
         _CACHE.put(key, _UNTRACEABLE)
         return None

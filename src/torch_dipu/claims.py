@@ -130,6 +130,11 @@ class _Claimed(torch.autograd.Function):
         return (None, None, None, *(next(got) if n else None for n in needs))
 
 
+_apply_claimed = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Claimed)  # the C++ apply
+_transforms_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
 def _claim_kernel(op: torch._ops.OpOverload, fn: DiopiFunction) -> Callable[..., Any]:
     random = fn.is_random
 
@@ -143,7 +148,11 @@ def _claim_kernel(op: torch._ops.OpOverload, fn: DiopiFunction) -> Callable[...,
         if random:  # a recomputation would draw other numbers than the forward did
             return op.decompose(*args, **kwargs)
         flat, rebuild, statics = _split(args, kwargs)
-        return _Claimed.apply(op, rebuild, statics, *flat)
+        if _transforms_active():
+            return _Claimed.apply(op, rebuild, statics, *flat)
+        # Function.apply less its pytree pass over every argument (unwrap_dead_wrappers, for functorch): only a
+        # tensor that is not a DipuTensor can be a functorch wrapper.
+        return _apply_claimed(op, rebuild, statics, *(t if type(t) is DipuTensor else _unwrap_if_dead(t) for t in flat))
 
     return claimed
 

@@ -16,7 +16,7 @@ import torch
 import diopi
 from torch_dipu import device_kernels, dicl, factories, host_sync, kernels, storage
 from torch_dipu.state import get_state
-from torch_dipu.tensor import _HANDLERS, DipuTensor, from_storage, set_handler_builder
+from torch_dipu.tensor import DipuTensor, forget_handlers, from_storage, set_handler, set_handler_builder
 
 Handler = Callable[[tuple, dict | None], Any]
 _CPU = torch.device("cpu")
@@ -53,7 +53,7 @@ def set_handler_wrapper(name: str, wrapper: HandlerWrapper | None) -> None:
 
 def clear_handlers() -> None:
     """Forget every built handler (after the fallback list or vendor switches change)."""
-    _HANDLERS.clear()
+    forget_handlers()
 
 
 def _unwrap_list(items: list | tuple) -> list:
@@ -189,11 +189,11 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
     library's operator with a PrivateUse1 kernel: :mod:`torch_dipu.device_kernels`)."""
     if func.namespace == "c10d":  # collectives run on the group's transport (torch_dipu.dicl)
         handler = dicl.build_handler(func)
-        _HANDLERS[func] = handler
+        set_handler(func, handler)
         return handler
     if device_kernels.has_device_kernel(func):  # another library's kernel for the device: run it as a backend would
         handler = device_kernels.build_handler(func)
-        _HANDLERS[func] = handler
+        set_handler(func, handler)
         return handler
     state = get_state()
     schema = func._schema
@@ -369,7 +369,7 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             wrapper = handler_wrappers.get(name)
             if wrapper is not None:
                 handler = wrapper(handler, func, plan)
-    _HANDLERS[func] = handler
+    set_handler(func, handler)
     return handler
 
 

@@ -42,7 +42,7 @@ class DipuTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
-        handler = _HANDLERS.get(func)
+        handler = _HANDLERS.get(id(func))  # by id: OpOverload's __hash__ is a Python method
         if handler is None:
             handler = _build_handler(func)
         try:
@@ -198,8 +198,22 @@ def _defer_backward_error(func: Any, exc: BaseException) -> Any:
     return failed if returns == 1 else (failed,) * returns
 
 
-# Filled by torch_dipu.dispatch (kept here so the hot path does one dict lookup).
-_HANDLERS: dict[Any, Any] = {}
+# id(overload) -> its handler, filled by torch_dipu.dispatch through :func:`set_handler` (kept here so the hot
+# path does one dict lookup). ``_HANDLED`` holds the overloads, so an id is never reused while its entry lives.
+_HANDLERS: dict[int, Any] = {}
+_HANDLED: dict[int, Any] = {}
+
+
+def set_handler(func: Any, handler: Any) -> None:
+    """Install ``handler`` for overload ``func``."""
+    _HANDLED[id(func)] = func
+    _HANDLERS[id(func)] = handler
+
+
+def forget_handlers() -> None:
+    """Forget every installed handler (torch_dipu.dispatch.clear_handlers)."""
+    _HANDLERS.clear()
+    _HANDLED.clear()
 
 
 def _build_handler(func):  # noqa: ANN001, ANN202
