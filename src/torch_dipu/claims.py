@@ -71,33 +71,27 @@ def _split(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Callable[[Any
     """The tensors of a call (top level and inside lists), a function rebuilding the call from others, and the
     call's non-tensor part (its structure and other values: what a traced backward depends on besides tensors)."""
     if not kwargs and not any(type(v) is list or type(v) is tuple for v in args):
-        return _split_positional(args)
-    flat, spec = torch.utils._pytree.tree_flatten((args, kwargs))
-    positions = [i for i, v in enumerate(flat) if isinstance(v, _Tensor)]
+        # positional arguments only, no lists (``linear``, ``cross_entropy_loss``): no pytree, whose tree spec's
+        # hash would be most of a signature's
+        flat, structure = args, len(args)
+
+        def finish(values: list) -> tuple[tuple, dict]:
+            return tuple(values), {}
+    else:
+        flat, structure = torch.utils._pytree.tree_flatten((args, kwargs))
+
+        def finish(values: list) -> tuple[tuple, dict]:
+            return torch.utils._pytree.tree_unflatten(values, structure)
+    positions = tuple(i for i, v in enumerate(flat) if isinstance(v, _Tensor))
 
     def rebuild(tensors: Any) -> tuple[tuple, dict]:
         values = list(flat)
         for i, t in zip(positions, tensors, strict=True):
             values[i] = t
-        return torch.utils._pytree.tree_unflatten(values, spec)
+        return finish(values)
 
-    statics = (spec, tuple(v for i, v in enumerate(flat) if i not in positions))
+    statics = (structure, positions, tuple(v for i, v in enumerate(flat) if i not in positions))
     return [flat[i] for i in positions], rebuild, statics
-
-
-def _split_positional(args: tuple) -> tuple[list[torch.Tensor], Callable[[Any], tuple[tuple, dict]], Any]:
-    """:func:`_split` of a call with positional arguments only and no lists (``linear``, ``cross_entropy_loss``),
-    without pytree's flattening and tree spec (its hash is most of a signature's)."""
-    positions = tuple(i for i, v in enumerate(args) if isinstance(v, _Tensor))
-
-    def rebuild(tensors: Any) -> tuple[tuple, dict]:
-        values = list(args)
-        for i, t in zip(positions, tensors, strict=True):
-            values[i] = t
-        return tuple(values), {}
-
-    statics = (len(args), positions, tuple(v for i, v in enumerate(args) if i not in positions))
-    return [args[i] for i in positions], rebuild, statics
 
 
 def _differentiable(value: Any) -> bool:
