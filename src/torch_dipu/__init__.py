@@ -52,6 +52,7 @@ def _init() -> None:
     state.sync_devices()  # DIPU_VISIBLE_DEVICES naming a device the vendor lacks raises here
     set_state(state)
     register_device()
+    dispatch.set_fast_path(config.fast_path)
     _sync_devices()
     rt.on_config_change(_sync_devices)
     rt.on_config_change(dispatch.clear_handlers)

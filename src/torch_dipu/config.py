@@ -143,6 +143,9 @@ class DipuConfig:
     #: ``DICL_CHECK_COLLECTIVES`` (default on): before each collective on dipu tensors, the ranks exchange the op,
     #: dtype and shape they pass, so a mismatch is an error on every rank instead of a hang (torch_dipu.dicl).
     check_collectives: bool = True
+    #: ``DIPU_FAST_PATH`` (default on): the common call of an operator runs through the compiled fast path
+    #: (torch_dipu._fastpath, where it was built); off: every call takes the Python path.
+    fast_path: bool = True
 
     @classmethod
     def from_env(cls, cwd: Path | None = None) -> DipuConfig:
@@ -168,4 +171,5 @@ class DipuConfig:
                                                "DIPU_MEM_CHECK_LOG_INTERVAL", 1000),
             memcaching_algorithm=parse_memcaching_algorithm(env.get(MEMCACHING_ALGORITHM)),
             check_collectives=env_flag("DICL_CHECK_COLLECTIVES", default=True),
+            fast_path=env_flag("DIPU_FAST_PATH", default=True),
         )

@@ -16,7 +16,19 @@ import torch
 import diopi
 from torch_dipu import device_kernels, dicl, factories, host_sync, kernels, storage
 from torch_dipu.state import get_state
-from torch_dipu.tensor import DipuTensor, forget_handlers, from_storage, set_handler, set_handler_builder
+from torch_dipu.tensor import (
+    DipuTensor,
+    forget_handlers,
+    from_storage,
+    set_handler,
+    set_handler_builder,
+    use_compiled_dispatch,
+)
+
+try:  # the compiled fast path (setup.py builds it where a C compiler is found; the Python path is complete)
+    from torch_dipu import _fastpath
+except ImportError:
+    _fastpath = None
 
 Handler = Callable[[tuple, dict | None], Any]
 _CPU = torch.device("cpu")
@@ -49,6 +61,30 @@ def set_handler_wrapper(name: str, wrapper: HandlerWrapper | None) -> None:
     else:
         handler_wrappers[name] = wrapper
     clear_handlers()
+
+
+_use_fast_path = False
+
+
+def set_fast_path(enabled: bool) -> bool:
+    """Run the common call of each operator through the compiled fast path (``DIPU_FAST_PATH``, on at import), or
+    every call through the Python path; handlers are rebuilt. Answers whether the fast path is in use (never where
+    ``torch_dipu._fastpath`` was not built)."""
+    global _use_fast_path
+    _use_fast_path = enabled and _fastpath is not None
+    use_compiled_dispatch(_fastpath if _use_fast_path else None)
+    clear_handlers()
+    return _use_fast_path
+
+
+def fast_path_in_use() -> bool:
+    """Whether operators run through the compiled fast path (:func:`set_fast_path`)."""
+    return _use_fast_path
+
+
+def plain_handler(handler: Handler) -> Handler:
+    """The Python handler behind ``handler`` (a compiled fast-path handler defers to it; others are their own)."""
+    return getattr(handler, "slow", handler)
 
 
 def clear_handlers() -> None:
@@ -359,6 +395,15 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             with kernels.host_rng_from(generators[device.index]):
                 return draw_on_host_rng(args, kwargs)
 
+    if (
+        _use_fast_path and direct is not None and write_sources is None
+        and not (has_lists or has_generator or written_lists or plan.needs_device_rng)
+        and not storage.has_storage_argument(schema)
+    ):
+        handler = _fastpath.FastHandler(
+            direct, handler, track, wrap, state, _profiling if ranged else None, is_view, check_host
+        )
+
     # Count host synchronisations: None (nothing added) unless the overload may synchronise the host.
     counted = host_sync.handler_wrapper(func, packet, plan.kind == "fallback")
     if counted is not None:
@@ -374,3 +419,5 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
 
 
 set_handler_builder(build_handler)
+if _fastpath is not None:
+    _fastpath.setup(DipuTensor, torch.Tensor, torch.Tensor._make_wrapper_subclass, torch.strided, _make_view)

@@ -220,6 +220,19 @@ def _build_handler(func):  # noqa: ANN001, ANN202
     raise RuntimeError(f"dipu: no handler builder for {func}; import torch_dipu, which installs torch_dipu.dispatch")
 
 
+_PYTHON_DISPATCH = DipuTensor.__dict__["__torch_dispatch__"]
+
+
+def use_compiled_dispatch(fastpath: Any) -> None:
+    """Make ``DipuTensor.__torch_dispatch__`` the compiled one of module ``fastpath`` (torch_dipu._fastpath: the same
+    lookup, build and errors as the Python one), or the Python one again (None)."""
+    DipuTensor.__torch_dispatch__ = _PYTHON_DISPATCH if fastpath is None else classmethod(
+        fastpath.Dispatcher(
+            _HANDLERS, lambda func: _build_handler(func), torch._C._current_graph_task_id, _defer_backward_error
+        )
+    )
+
+
 def set_handler_builder(build: Any) -> None:
     """Install the builder of the handler for an ATen overload not yet in ``_HANDLERS`` (torch_dipu.dispatch
     does at import: the dependency runs from dispatch to this module, never back)."""
