@@ -45,6 +45,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "torch_dipu": torch_dipu.__version__,
         "dipu_vendor": torch_dipu.runtime().name,
+        "dipu_fast_path": torch_dipu.dispatch.fast_path_in_use(),  # DIPU_FAST_PATH, and whether it was built
         "transformers": tf_version,
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -25,7 +25,7 @@ def _module_name(path: Path) -> str:
 
 FILES = {
     _module_name(p): p
-    for p in sorted(SRC.rglob("*.py"))
+    for p in sorted([*SRC.rglob("*.py"), *SRC.rglob("*.c")])  # a .c file is an extension module (setup.py)
     if (SRC / p.relative_to(SRC).parts[0] / "__init__.py").exists()
 }
 
@@ -68,6 +68,8 @@ def _imported_names(module: str, node: ast.AST) -> list[str]:
 def imports_of(module: str, source: str | None = None) -> set[str]:
     """The project modules ``module`` imports (TYPE_CHECKING blocks excluded); ``source`` replaces its file."""
     found: set[str] = set()
+    if FILES[module].suffix == ".c":  # the C API's imports are not Python statements; ours import no project module
+        return found
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
