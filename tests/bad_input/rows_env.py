@@ -219,6 +219,7 @@ ROWS: list[Row] = [
          r"DIPU_DEVICE_MEMCACHING_ALGORITHM='LRU' is not an allocator algorithm"),
     call("dicl-check-collectives", {"DICL_CHECK_COLLECTIVES": "sometimes"}, dipu_config,
          r"DICL_CHECK_COLLECTIVES='sometimes' is not a boolean"),
+    call("dipu-fast-path", {"DIPU_FAST_PATH": "fastest"}, dipu_config, r"DIPU_FAST_PATH='fastest' is not a boolean"),
     call("dipu-mem-check", {"DIPU_MEM_CHECK": "full"}, dipu_config, r"DIPU_MEM_CHECK='full' is not a boolean"),
     call("dipu-mem-check-backtrace", {"DIPU_MEM_CHECK_ENABLE_BACKTRACE": "deep"}, dipu_config,
          r"DIPU_MEM_CHECK_ENABLE_BACKTRACE='deep' is not a boolean"),
