@@ -358,7 +358,8 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
             return make(out, device)
         return wrap(out, device)
 
-    if storage.has_storage_argument(schema):
+    takes_storage = storage.has_storage_argument(schema)
+    if takes_storage:
         # ``set_(storage)`` with a dipu storage (Tensor.untyped_storage() of a dipu tensor): the vendor's storage.
         on_device_storages = handler
 
@@ -397,8 +398,7 @@ def build_handler(func: torch._ops.OpOverload) -> Handler:
 
     if (
         _use_fast_path and direct is not None and write_sources is None
-        and not (has_lists or has_generator or written_lists or plan.needs_device_rng)
-        and not storage.has_storage_argument(schema)
+        and not (has_lists or has_generator or written_lists or plan.needs_device_rng or takes_storage)
     ):
         handler = _fastpath.FastHandler(
             direct, handler, track, wrap, state, _profiling if ranged else None, is_view, check_host
