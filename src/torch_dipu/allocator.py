@@ -170,6 +170,20 @@ class CachingAllocator:
         self._release_block: Callable[[DeviceMemory, Block], None] | None = getattr(
             self, f"_free_{algorithm.lower()}", None)
         self._hold = algorithm == "BF"  # BF's free is _reclaim's: the block is held
+        self._tracker: Any = None  # the compiled StorageTracker in use (use_compiled)
+
+    def use_compiled(self, fastalloc: Any | None) -> None:
+        """Serve ``track``, storages' deaths and ``_reclaim`` through ``fastalloc.StorageTracker``
+        (torch_dipu._fastalloc: the common request, a block BF holds for the rounded size, in C; every other request
+        through :meth:`malloc`), or, with None, in Python alone. Handlers bind ``track`` when built: rebuild them."""
+        if fastalloc is None:
+            self._tracker = None
+            self.__dict__.pop("track", None)
+            self._died = self._storage_died
+        else:
+            self._tracker = fastalloc.StorageTracker(self, Block, Stat, _StorageRef)
+            self.track = self._tracker  # type: ignore[method-assign]
+            self._died = self._tracker.died
 
     # -- devices ------------------------------------------------------------------------------------------
     def resize(self, capacity: list[int], physical: list[int] | None = None) -> None:
@@ -190,7 +204,8 @@ class CachingAllocator:
 
     # -- the hot path: storages made by kernels and factories ---------------------------------------------
     def track(self, raw: torch.Tensor, index: int) -> None:
-        """Give the storage of ``raw`` (a kernel's output on device ``index``) a block unless it has one."""
+        """Give the storage of ``raw`` (a kernel's output on device ``index``) a block unless it has one (the
+        compiled StorageTracker stands in for this method where :meth:`use_compiled` installed it)."""
         storage = raw.untyped_storage()
         key = id(storage)
         live = self._live
@@ -297,6 +312,9 @@ class CachingAllocator:
     def _reclaim(self) -> None:
         """Free the blocks in ``_dead`` (the lock is held): statistics, then the block back to the cache (BF:
         held in its size's list) or the vendor."""
+        if self._tracker is not None:
+            self._tracker.reclaim()
+            return
         dead = self._dead
         devices = self.devices
         hold = self._hold

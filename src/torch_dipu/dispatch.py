@@ -29,6 +29,10 @@ try:  # the compiled fast path (setup.py builds it where a C compiler is found; 
     from torch_dipu import _fastpath
 except ImportError:
     _fastpath = None
+try:  # the allocator's common request in C (torch_dipu.allocator.CachingAllocator.use_compiled)
+    from torch_dipu import _fastalloc
+except ImportError:
+    _fastalloc = None
 
 Handler = Callable[[tuple, dict | None], Any]
 _CPU = torch.device("cpu")
@@ -68,11 +72,12 @@ _use_fast_path = False
 
 def set_fast_path(enabled: bool) -> bool:
     """Run the common call of each operator through the compiled fast path (``DIPU_FAST_PATH``, on at import), or
-    every call through the Python path; handlers are rebuilt. Answers whether the fast path is in use (never where
-    ``torch_dipu._fastpath`` was not built)."""
+    every call through the Python path; handlers are rebuilt. The device's allocator (``state.memory``) follows.
+    Answers whether the fast path is in use (never where ``torch_dipu._fastpath`` was not built)."""
     global _use_fast_path
     _use_fast_path = enabled and _fastpath is not None
     use_compiled_dispatch(_fastpath if _use_fast_path else None)
+    get_state().memory.use_compiled(_fastalloc if enabled else None)
     clear_handlers()
     return _use_fast_path
 

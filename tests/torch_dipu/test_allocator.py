@@ -47,10 +47,30 @@ class Vendor(DeviceRuntime):
         self.calls.append(("free", address, nbytes))
 
 
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def hot_path(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Every test twice: the allocator's hot requests (track, storages' deaths, reclaiming) served by the compiled
+    StorageTracker (torch_dipu._fastalloc), then by the Python methods alone."""
+    compiled = request.param == "compiled"
+    if compiled and dispatch._fastalloc is None:
+        pytest.skip("torch_dipu._fastalloc was not built (no C compiler)")
+    dispatch.set_fast_path(compiled)
+    try:
+        yield compiled
+    finally:
+        dispatch.set_fast_path(True)
+
+
+def same_hot_path(alloc: CachingAllocator) -> None:
+    """Serve ``alloc``'s hot requests as the device's allocator's are served (the ``hot_path`` of the test)."""
+    alloc.use_compiled(dispatch._fastalloc if get_state().memory._tracker is not None else None)
+
+
 def allocator(algorithm: str, capacity: int = 1 << 30) -> tuple[CachingAllocator, Vendor]:
     vendor = Vendor(capacity)
     alloc = CachingAllocator(vendor, algorithm)
     alloc.resize([capacity])
+    same_hot_path(alloc)
     return alloc, vendor
 
 
@@ -241,11 +261,13 @@ def test_capacity_counts_reserved_memory_and_oom_releases_the_cache(fresh_cache)
 
 @contextlib.contextmanager
 def allocator_in_use(algorithm: str) -> Iterator[CachingAllocator]:
-    """A fresh allocator of ``algorithm`` as ``state.memory`` (dispatch handlers rebuilt around it)."""
+    """A fresh allocator of ``algorithm`` as ``state.memory`` (dispatch handlers rebuilt around it); afterwards its
+    cache goes back to the vendor, whose capacity later tests share."""
     state = get_state()
     saved = state.memory
     fresh = CachingAllocator(state.runtime, algorithm)
     fresh.resize([state.runtime.memory_capacity(p) for p in state.physical], state.physical)
+    same_hot_path(fresh)
     state.memory = fresh
     dispatch.clear_handlers()
     try:
@@ -253,6 +275,8 @@ def allocator_in_use(algorithm: str) -> Iterator[CachingAllocator]:
     finally:
         state.memory = saved
         dispatch.clear_handlers()
+        gc.collect()
+        fresh.empty_cache()
 
 
 def train(checked: bool = False) -> dict:

@@ -1,9 +1,12 @@
-"""The compiled fast path of the dispatcher (torch_dipu._fastpath) gives what the Python path gives, call for call."""
+"""The compiled fast path (torch_dipu._fastpath: the dispatcher; torch_dipu._fastalloc: the allocator's hot
+requests) gives what the Python path gives, call for call."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,8 @@ from torch_dipu.tensor import _HANDLERS
 from torch_dipu.vendors import droplet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from test_allocator import allocator_in_use  # noqa: E402
+
 from bench_common import w1_step  # noqa: E402
 
 pytestmark = pytest.mark.skipif(dispatch._fastpath is None and shutil.which("cc") is None,
@@ -169,3 +174,55 @@ def test_w1_losses_equal_the_python_path_and_the_cpu(paths) -> None:
 
     slow, fast = paths(lambda: losses("dipu"))
     assert slow == fast == losses("cpu")
+
+
+@pytest.mark.parametrize("algorithm", ["BF", "BS", "RAW"])
+def test_allocator_figures_equal_the_python_path(paths, algorithm: str) -> None:
+    def run() -> tuple[list[float], list[dict[str, int]], list[dict], bool]:
+        with allocator_in_use(algorithm) as alloc:
+            step = w1_step("dipu")
+            losses, stats = [], []
+            for _ in range(3):
+                losses.append(step())
+                stats.append(alloc.stats(0))
+            snapshot = [  # block addresses as offsets in their segment (the vendor gives each allocator new ones)
+                {**seg, "address": None,
+                 "blocks": [{**b, "address": b["address"] - seg["address"]} for b in seg["blocks"]]}
+                for seg in alloc.snapshot()]
+            compiled = alloc._tracker is not None
+            del step
+            gc.collect()
+            stats.append(alloc.stats(0))
+        return losses, stats, snapshot, compiled
+
+    run()  # the first steps of a process differ (claims trace their backward once): both paths see later ones
+    slow, fast = paths(run)
+    assert (slow[3], fast[3]) == (False, dispatch._fastalloc is not None)
+    assert slow[0] == fast[0]
+    assert slow[1] == fast[1] and slow[2] == fast[2]  # every statistic, peak and block, step by step
+    end = fast[1][-1]
+    assert end["allocated_bytes.all.current"] == end["allocation.all.current"] == 0  # every storage died and was freed
+    assert end["allocation.all.allocated"] == end["allocation.all.freed"] > 500
+
+
+def test_allocator_tracks_storages_made_by_several_threads(paths) -> None:
+    def run() -> dict[str, int]:
+        with allocator_in_use("BF") as alloc:
+            def work(seed: int) -> None:
+                x = torch.randn(64, generator=torch.Generator().manual_seed(seed)).to("dipu")
+                for i in range(300):
+                    x = (x + 1).mul(0.5) if i % 3 else torch.cat([x[:32], x[32:]])
+
+            threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            gc.collect()
+            return alloc.stats(0)
+
+    slow, fast = paths(run)
+    for stats in (slow, fast):
+        assert stats["allocation.all.current"] == stats["allocated_bytes.all.current"] == 0
+        assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] >= 4 * 300
+    assert slow["allocation.all.allocated"] == fast["allocation.all.allocated"]
