@@ -22,7 +22,7 @@ import functools
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,7 +31,7 @@ import torch
 from diopi.env import ConfigError
 
 __all__ = ["TensorComparison", "Verdict", "all_passed", "check_tolerance_env", "compare_outputs", "compare_tensors",
-           "tolerance"]
+           "tolerance", "worst_verdict"]
 
 ENV_PREFIX = "AUTOCOMPARE_ERROR_TOLERANCE"
 
@@ -57,6 +57,15 @@ class Verdict(str, enum.Enum):
     PASS = "PASS"
     PASS_NOISE = "PASS (noise)"
     FAIL = "FAIL"
+
+
+_SEVERITY = {None: 0, Verdict.PASS: 1, Verdict.PASS_NOISE: 2, Verdict.FAIL: 3}
+
+
+def worst_verdict(verdicts: Iterable[Verdict | None]) -> Verdict | None:
+    """The worst of ``verdicts``: FAIL over PASS (noise) over PASS; None when there are none (None entries: no
+    verdict, ranked below PASS)."""
+    return max(verdicts, key=_SEVERITY.__getitem__, default=None)
 
 
 @dataclass(frozen=True)

@@ -43,18 +43,13 @@ from typing import Any
 
 import torch
 
-from diopi.compare import Verdict, compare_tensors
 from ditorch.mocking.cuda_surface import NotSupportedOnDevice
+from ditorch.probe_checks import NBYTES, Wrong, close, device_type, expect, on_device
 
 __all__ = ["RESULTS", "Row", "Wrong", "probe", "run"]
 
 RESULTS = ("native", "derived", "unsupported", "wrong")
 DEFAULT_JSON = "ditorch_probe.json"
-NBYTES = 1 << 20  # the tensor the memory checks allocate
-
-
-class Wrong(AssertionError):
-    """The answer failed its check (the message says how, in a few words)."""
 
 
 @dataclass
@@ -64,21 +59,6 @@ class Row:
     result: str
     detail: str
     seconds: float
-
-
-def expect(ok: Any, detail: str) -> None:
-    if not ok:
-        raise Wrong(detail)
-
-
-def close(actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float = 1e-5, atol: float = 1e-6,
-          reference: str = "the CPU's") -> None:
-    """Raise :class:`Wrong` unless ``actual`` (any device) is within (rtol, atol) of ``expected``."""
-    got, ref = actual.detach().cpu().double(), expected.detach().cpu().double()
-    expect(got.shape == ref.shape, f"{what}: shape {tuple(got.shape)}, {reference} {tuple(ref.shape)}")
-    judged = compare_tensors(got, ref, atol=atol, rtol=rtol)  # the project's one comparison engine
-    if judged.verdict == Verdict.FAIL:
-        raise Wrong(f"{what}: max abs diff {judged.max_abs_error:.3g} from {reference} (rtol {rtol:g}, atol {atol:g})")
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:
@@ -94,18 +74,8 @@ def short(value: Any, limit: int = 50) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def device_type() -> str:
-    import ditorch
-
-    return ditorch.adapter.device_type
-
-
 def count() -> int:
     return torch.accelerator.device_count()
-
-
-def on_device(t: torch.Tensor, index: int | None = None) -> bool:
-    return t.device.type == device_type() and (index is None or t.device.index == index)
 
 
 def draw() -> torch.Tensor:

@@ -1,9 +1,9 @@
 """The CUDA idioms ``ditorch info --probe`` runs after the names (:mod:`ditorch.probe` states the contract).
 
 Each idiom is a few lines of CUDA code as a user writes it (``"cuda"`` devices, ``.cuda()``, ``torch.cuda.*``),
-tiny, and checked against the CPU: it returns a short detail, raises :class:`~ditorch.probe.Wrong` where the device
-answers differently, and lets ``NotSupportedOnDevice`` through (``unsupported``). ``uses`` names the ``torch.cuda``
-names it calls: the idiom is ``native`` when all of them are the plugin's own.
+tiny, and checked against the CPU: it returns a short detail, raises :class:`~ditorch.probe_checks.Wrong` where the
+device answers differently, and lets ``NotSupportedOnDevice`` through (``unsupported``). ``uses`` names the
+``torch.cuda`` names it calls: the idiom is ``native`` when all of them are the plugin's own.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ditorch.probe import NBYTES, close, expect, on_device
+from ditorch.probe_checks import NBYTES, close, expect, on_device
 
 __all__ = ["IDIOMS", "Idiom"]
 

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from diopi.case_format import atomic_open
-from diopi.compare import TensorComparison, Verdict, compare_tensors, tolerance
+from diopi.compare import TensorComparison, Verdict, compare_tensors, tolerance, worst_verdict
 
+from .compare_html import render_html
 from .dump_reader import Dump, load_dump
 
 __all__ = ["EntryComparison", "RunComparison", "compare_runs"]
@@ -29,7 +30,6 @@ WRAPPER_COMPONENTS = frozenset({"_orig_mod", "_fsdp_wrapped_module", "_checkpoin
 #: Root classes whose one child ``module`` is the real model (DDP, DataParallel and the like).
 WRAPPER_ROOTS = frozenset({"DistributedDataParallel", "DataParallel", "FullyShardedDataParallel", "OptimizedModule"})
 _STATS = ("mean", "norm", "min", "max")
-_RANK = {None: 0, Verdict.PASS: 1, Verdict.PASS_NOISE: 2, Verdict.FAIL: 3}
 
 
 def _as_dump(value: str | Path | Dump) -> Dump:
@@ -241,8 +241,7 @@ class EntryComparison:
 
     @property
     def verdict(self) -> Verdict | None:
-        worst = max((r.verdict for r in self.tensors.values()), key=_RANK.__getitem__, default=None)
-        return worst
+        return worst_verdict(r.verdict for r in self.tensors.values())
 
     def to_json(self) -> dict[str, Any]:
         return {"module": self.module, "ref_module": self.ref_module, "class": self.cls, "step": self.step,
@@ -434,10 +433,8 @@ class RunComparison:
             json.dump(self.to_json(), f, indent=1, allow_nan=False)
 
     def write_html(self, path: str | Path) -> None:
-        from .compare_html import render_html
-
         with atomic_open(path, "w", encoding="utf-8") as f:
-            f.write(render_html(self))
+            f.write(render_html(self, _STATS))
 
 
 def _first_failed(entry: EntryComparison) -> str:

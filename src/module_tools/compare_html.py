@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diopi.compare import Verdict
+from diopi.compare import Verdict, worst_verdict
 
-from .compare import _RANK, _STATS, EntryComparison, RunComparison
+if TYPE_CHECKING:
+    from .compare import EntryComparison, RunComparison
 
 __all__ = ["render_html"]
 
@@ -25,11 +26,11 @@ def _fmt(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _entry_table(entry: EntryComparison) -> str:
+def _entry_table(entry: EntryComparison, stats: tuple[str, ...]) -> str:
     rows = []
     for name, r in entry.tensors.items():
         t, e = entry.test_stats.get(name) or {}, entry.ref_stats.get(name) or {}
-        stats = " ".join(f"{k} {_fmt(t.get(k))}/{_fmt(e.get(k))}" for k in _STATS)
+        stats = " ".join(f"{k} {_fmt(t.get(k))}/{_fmt(e.get(k))}" for k in stats)
         rows.append(f"<tr><td class=l style='color:{_COLOURS[r.verdict]}'>{html.escape(name)}</td>"
                     f"<td class=l>{html.escape(r.verdict.value)}</td><td>{_fmt(r.max_abs_error)}</td>"
                     f"<td>{_fmt(r.max_rel_error)}</td><td>{_fmt(r.cosine_similarity)}</td>"
@@ -42,9 +43,9 @@ def _entry_table(entry: EntryComparison) -> str:
             "<th>message</th></tr>" + "".join(rows) + "</table>")
 
 
-def render_html(result: RunComparison) -> str:
+def render_html(result: RunComparison, stats: tuple[str, ...]) -> str:
     """A self-contained HTML page: the module tree coloured by each subtree's worst verdict, expandable, with
-    every tensor's verdict, errors and statistics."""
+    every tensor's verdict, errors and ``stats`` (the names of the statistics compared, test/reference)."""
     by_module: dict[str, list[EntryComparison]] = {}
     for entry in result.forward + result.backward + result.fixed_input:
         by_module.setdefault(entry.module, []).append(entry)
@@ -57,12 +58,13 @@ def render_html(result: RunComparison) -> str:
 
     def worst(p: str) -> Verdict | None:
         own = [e.verdict for e in by_module.get(p, [])]
-        return max([*own, *(worst(c) for c in children.get(p, []))], key=_RANK.__getitem__, default=None)
+        return worst_verdict([*own, *(worst(c) for c in children.get(p, []))])
 
     def node(p: str) -> str:
         w = worst(p)
         label = f"{html.escape(p or '<root>')} ({html.escape(result.modules.get(p, ''))}): {w.value if w else '-'}"
-        body = "".join(_entry_table(e) for e in by_module.get(p, [])) + "".join(node(c) for c in children.get(p, []))
+        body = "".join(_entry_table(e, stats) for e in by_module.get(p, []))
+        body += "".join(node(c) for c in children.get(p, []))
         is_open = " open" if w is Verdict.FAIL else ""
         return f"<details{is_open}><summary style='color:{_COLOURS[w]}'>{label}</summary>{body}</details>"
 

@@ -28,35 +28,14 @@ from diopi.result_table import process_rank, process_world_size
 from op_tools import deferred_stats, host_stats_worker
 
 from .config import StepSet, parse_steps
+from .dump_reader import FORMAT
+from .walk import flatten_tensors, sequence_nr
 
-__all__ = ["FORMAT", "ModuleDump", "flatten_tensors"]
+__all__ = ["ModuleDump"]
 
-FORMAT = "ditorch.module_dump/1"
-_MAX_DEPTH = 8
 #: Seconds between two rewrites of ``index.json`` at step ends (it is always written at ``stop()`` and after the
 #: last step to record): rewriting it every step costs more than the statistics of a small model's step.
 INDEX_INTERVAL_S = 2.0
-
-
-def flatten_tensors(value: Any, depth: int = 0) -> list[torch.Tensor | None]:
-    """The tensors in ``value`` in order: tuples, lists, dicts (transformers' ``ModelOutput`` included) and
-    dataclasses are walked; anything else is skipped. ``None`` is never a tensor here."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if depth >= _MAX_DEPTH:
-        return []
-    out: list[torch.Tensor | None] = []
-    if isinstance(value, dict):
-        items: Iterable[Any] = value.values()
-    elif isinstance(value, (list, tuple)):
-        items = value
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
-    else:
-        return out
-    for item in items:
-        out.extend(flatten_tensors(item, depth + 1))
-    return out
 
 
 _SUMS = ("mean", "std", "norm")  # min and max are over finite elements; these may overflow
@@ -124,11 +103,6 @@ def _eager(hook: Any) -> Any:
     and ``ditorch parity`` find it): importing it costs about a second, and without it nothing is compiled."""
     dynamo = sys.modules.get("torch._dynamo")
     return dynamo.disable(hook, recursive=True) if dynamo is not None else hook
-
-
-def _sequence_nr(node: Any) -> int:
-    get = getattr(node, "_sequence_nr", None)
-    return int(get()) if get is not None else -1
 
 
 def _tensor_order(item: tuple[str, Any]) -> tuple[int, int]:
@@ -390,7 +364,7 @@ class ModuleDump:
         self._watching.append(state)
         if not edges:
             return
-        bound = max((_sequence_nr(node) for node, _ in edges.values() if type(node).__name__ != "AccumulateGrad"),
+        bound = max((sequence_nr(node) for node, _ in edges.values() if type(node).__name__ != "AccumulateGrad"),
                     default=-1)
         seen: set[int] = set()
         while roots:
@@ -407,7 +381,7 @@ class ModuleDump:
                     state.expected += 1
                     for i in hit[1]:
                         state.parts[i] = state.parts.get(i, 0) + 1
-                elif id(nxt) not in seen and _sequence_nr(nxt) > bound and nxt.next_functions:
+                elif id(nxt) not in seen and sequence_nr(nxt) > bound and nxt.next_functions:
                     roots.append(nxt)
         state.n_inputs = n_inputs
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from .dump import FORMAT
+__all__ = ["FORMAT", "Dump", "DumpError", "load_dump"]
 
-__all__ = ["Dump", "DumpError", "load_dump"]
+#: The format name a module dump's ``index.json`` carries (written by :mod:`module_tools.dump`, checked here).
+FORMAT = "ditorch.module_dump/1"
 
 _REQUIRED = ("format", "stats_only", "modules", "forward", "backward")
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from .dump import _MAX_DEPTH, _sequence_nr, flatten_tensors
 from .dump_reader import Dump, DumpError, load_dump
+from .walk import MAX_DEPTH, flatten_tensors, sequence_nr
 
 __all__ = ["FixedInputReplay", "replace_tensors", "snapshot_opaque"]
 
@@ -48,7 +48,7 @@ def _is_opaque(value: Any) -> bool:
 def snapshot_opaque(value: Any, into: dict[int, Any], depth: int = 0) -> None:
     """Deep copies of the stateful objects among the arguments ``value`` (id -> copy), taken before the call
     changes them, so that the replay sees them as the call did and cannot change the live ones."""
-    if isinstance(value, torch.Tensor) or depth >= _MAX_DEPTH:
+    if isinstance(value, torch.Tensor) or depth >= MAX_DEPTH:
         return
     if isinstance(value, dict):
         items: Any = value.values()
@@ -74,7 +74,7 @@ def _detached_copies(value: Any, memo: dict[int, Any], depth: int = 0) -> None:
         if id(value) not in memo:
             memo[id(value)] = value.detach().clone()
         return
-    if depth >= _MAX_DEPTH or isinstance(value, _PLAIN):
+    if depth >= MAX_DEPTH or isinstance(value, _PLAIN):
         return
     if isinstance(value, dict):
         items: Any = value.values()
@@ -89,14 +89,14 @@ def _detached_copies(value: Any, memo: dict[int, Any], depth: int = 0) -> None:
 
 
 def replace_tensors(value: Any, new: list[Any], depth: int = 0, objects: dict[int, Any] | None = None) -> Any:
-    """``value`` with its tensors replaced, in :func:`~module_tools.dump.flatten_tensors` order, by the items
+    """``value`` with its tensors replaced, in :func:`~module_tools.walk.flatten_tensors` order, by the items
     of ``new`` (consumed from the front), and the objects in ``objects`` (id -> replacement) replaced;
     containers are rebuilt with their own types."""
     if isinstance(value, torch.Tensor):
         return new.pop(0)
     if objects and id(value) in objects:
         return objects[id(value)]
-    if depth >= _MAX_DEPTH:
+    if depth >= MAX_DEPTH:
         return value
     if isinstance(value, dict):
         out = copy.copy(value)
@@ -155,7 +155,7 @@ def _external_gradients(roots: list[torch.Tensor], grads: list[torch.Tensor]) ->
     the earliest (an output can only be used by outputs made after it)."""
     if len(roots) < 2:
         return grads
-    order = sorted(range(len(roots)), key=lambda i: _sequence_nr(roots[i].grad_fn), reverse=True)
+    order = sorted(range(len(roots)), key=lambda i: sequence_nr(roots[i].grad_fn), reverse=True)
     external = list(grads)
     with torch.enable_grad():
         for pos, i in enumerate(order):

@@ -38,118 +38,27 @@ Contract (what codegen, :mod:`dicp.vendor.onnxgraph.codegen`, does with a conver
 - Random operators (dropout, rand*, bernoulli) are never converted: they stay eager and keep torch's RNG.
 
 The converters live in ``convert_math`` (elementwise, reductions, creation), ``convert_shape`` (views,
-indexing) and ``convert_nn`` (matmul, normalization, losses, convolution, pooling); ``fused`` adds the fused
-operators of the pattern rewrites.
+indexing), ``convert_nn`` (matmul, normalization, losses, convolution, pooling) and ``convert_attention``;
+``fused`` adds the fused operators of the pattern rewrites and ``convert_dlinfer`` dlinfer's operators. They import
+the table and its helpers from ``convert_common``; importing this module registers them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
-
-import torch
-from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-from dicp.dynamo_bridge.conversion import ConversionRegistry, Target
-
-from .codegen import _ONNX_DTYPES, ConversionContext
+# The converter modules register into the table as they are imported (convert_dlinfer: dlinfer's LLM operators,
+# docs/dlinfer.md "Graph mode"); they import the table from convert_common, so this module is the only one that
+# imports them.
+from . import convert_attention, convert_dlinfer, convert_math, convert_nn, convert_shape  # noqa: F401
+from .convert_common import (
+    INT64_MAX,
+    INT64_MIN,
+    conversions,
+    dtype_supported,
+    no_float64,
+    norm_dim,
+    register,
+    register_conversion,
+)
 
 __all__ = ["INT64_MAX", "INT64_MIN", "conversions", "dtype_supported", "no_float64", "norm_dim", "register",
            "register_conversion"]
-
-conversions = ConversionRegistry("onnxgraph")
-register_conversion = conversions.register
-
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
-
-aten = torch.ops.aten
-prims = torch.ops.prims
-
-
-def _vals(node: torch.fx.Node) -> list[Any]:
-    vals: list[Any] = []
-
-    def add(a: Any) -> Any:
-        vals.append(a.meta.get("val"))
-        return a
-
-    torch.fx.node.map_arg((node.args, node.kwargs), add)
-    out = node.meta.get("val")
-    vals.extend(out if isinstance(out, (list, tuple)) else [out])
-    return vals
-
-
-def dtype_supported(node: torch.fx.Node) -> str | None:
-    """None when every tensor the node reads or makes has a dtype the ONNX graph handles, else the reason."""
-    for val in _vals(node):
-        if isinstance(val, torch.Tensor) and val.dtype not in _ONNX_DTYPES:
-            return f"dtype {val.dtype} not supported by onnxgraph"
-    return None
-
-
-def register(targets: Target | Iterable[Target], supports: Callable[[torch.fx.Node], str | None] | None = None
-             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """:data:`register_conversion` with :func:`dtype_supported` checked before ``supports``."""
-
-    def check(node: torch.fx.Node) -> str | None:
-        return dtype_supported(node) or (supports(node) if supports is not None else None)
-
-    return conversions.register(targets, supports=check)
-
-
-def no_float64(op_type: str) -> Callable[[torch.fx.Node], str | None]:
-    """A ``supports=`` check rejecting float64 for an ONNX op ONNX Runtime's CPU provider has no double kernel of."""
-
-    def check(node: torch.fx.Node) -> str | None:
-        if any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in _vals(node)):
-            return f"float64 (ONNX Runtime's CPU provider has no double {op_type} kernel)"
-        return None
-
-    return check
-
-
-def norm_dim(dim: int, rank: int) -> int:
-    """``dim`` made non-negative for a tensor of ``rank`` (a 0-d tensor accepts 0 and -1)."""
-    return dim % rank if rank else 0
-
-
-def out_dtype(ctx: ConversionContext) -> torch.dtype:
-    """The dtype of the node's (first) result."""
-    val = ctx.out
-    if isinstance(val, (list, tuple)):
-        val = val[0]
-    return val.dtype
-
-
-def operand(ctx: ConversionContext, x: Any, dtype: torch.dtype) -> str:
-    """A tensor name or a Python scalar as a value of ``dtype``."""
-    return ctx.cast(x, dtype) if isinstance(x, str) else ctx.const(x, dtype)
-
-
-def _proxy(ctx: ConversionContext, x: Any) -> Any:
-    if not isinstance(x, str):
-        return x
-    val = ctx.val_of(x)
-    if isinstance(val, torch.Tensor):
-        return torch.empty((1,) * min(val.dim(), 1), dtype=val.dtype)
-    return 0
-
-
-def common_dtype(ctx: ConversionContext, *xs: Any) -> torch.dtype:
-    """torch's type promotion of tensor names and Python scalars (as eager computes comparisons)."""
-    with unset_fake_temporarily():  # codegen may run under the bridge's fake mode: these are real, tiny tensors
-        proxies = [_proxy(ctx, x) for x in xs]
-        dtype = torch.result_type(proxies[0], proxies[1]) if len(proxies) > 1 else (
-            proxies[0].dtype if isinstance(proxies[0], torch.Tensor) else torch.float32)
-        for p in proxies[2:]:
-            dtype = torch.result_type(torch.empty((1,), dtype=dtype), p)
-    return dtype
-
-
-def _load() -> None:
-    # they register their converters (convert_dlinfer: dlinfer's LLM operators, docs/dlinfer.md "Graph mode")
-    from . import convert_attention, convert_dlinfer, convert_math, convert_nn, convert_shape  # noqa: F401
-
-
-_load()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .codegen import ConversionContext, compute_dtype, onnx_dtype
-from .conversion import aten, register
+from .convert_common import aten, register
 
 __all__ = ["flash_attention_backward", "flash_attention_forward"]
 

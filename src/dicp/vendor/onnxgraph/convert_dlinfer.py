@@ -39,7 +39,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 import dlinfer.ops  # noqa: F401  (defines torch.ops.dlinfer.*)
 
 from .codegen import ConversionContext
-from .conversion import register
+from .convert_common import register
 
 __all__ = ["MUTATING"]
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .codegen import ConversionContext, onnx_dtype
-from .conversion import aten, common_dtype, no_float64, norm_dim, operand, out_dtype, prims, register
+from .convert_common import aten, common_dtype, no_float64, norm_dim, operand, out_dtype, prims, register
 
 # -- elementwise binary ------------------------------------------------------------------------------------------
 

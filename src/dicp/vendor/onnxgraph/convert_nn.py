@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from .codegen import ConversionContext
-from .conversion import INT64_MAX, aten, no_float64, norm_dim, operand, out_dtype, register
+from .convert_common import INT64_MAX, aten, no_float64, norm_dim, operand, out_dtype, register
 
 # -- matmul ------------------------------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .codegen import ConversionContext
-from .conversion import INT64_MAX, INT64_MIN, aten, conversions, norm_dim, operand, out_dtype, register
+from .convert_common import INT64_MAX, INT64_MIN, aten, conversions, norm_dim, operand, out_dtype, register
 
 
 @conversions.register(operator.getitem)

@@ -23,7 +23,7 @@ from dicp.dynamo_bridge import fusion
 from dicp.dynamo_bridge.vendor import GraphPass
 
 from .codegen import ConversionContext, compute_dtype, onnx_dtype
-from .conversion import out_dtype, register
+from .convert_common import out_dtype, register
 
 __all__ = ["FUSED_OPSET", "rewrite_passes"]
 
