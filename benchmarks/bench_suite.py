@@ -156,8 +156,9 @@ def markdown(payload: dict, command: str) -> str:
         if row["tool"].startswith("engine_call_"):
             target = "-" if row["target_ratio"] is None else f"<= {row['target_ratio']:g}"
             met = "-" if row["met"] is None else ("met" if row["met"] else "**missed**")
+            ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"  # None: the floor measured no cost
             out.append(f"| {row['device']} | {row['tool']} (us/call over plain; baseline: empty mode) | "
-                       f"{row['value']:.2f} | {row['baseline']:.2f} | {row['ratio']:.3f} | {target} | {met} | - |")
+                       f"{row['value']:.2f} | {row['baseline']:.2f} | {ratio} | {target} | {met} | - |")
             continue
         met = "met" if row["met"] else "**missed**"
         equal = row.get("losses_bitwise_equal_to_plain", row.get("same_final_loss"))

@@ -199,3 +199,18 @@ def test_dipu_instruction_rows_from_counts(monkeypatch) -> None:
     monkeypatch.setattr(bench, "missing_callgrind", lambda: ["valgrind"])
     with pytest.raises(SystemExit):
         bench.main([])
+
+
+def test_suite_table_takes_an_engine_row_whose_floor_measured_nothing(monkeypatch) -> None:
+    """On a loaded machine the empty mode's cost can come out <= 0: the engine row's ratio is None, shown as "-"."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_suite
+
+    env = {k: "x" for k in ("timestamp", "platform", "machine", "cpu_count", "torch_threads", "torch", "dipu_vendor",
+                            "git_commit", "rounds", "steps_per_round", "inactive_pairs", "inactive_child_rounds",
+                            "inactive_child_steps")}
+    row = {"device": "cpu", "tool": "engine_call_nop_observer", "value": 1.5, "baseline": -0.1, "ratio": None,
+           "target_ratio": 2, "met": None}
+    table = bench_suite.markdown({"env": env, "results": [row]}, "python -m benchmarks --quick")
+    line = "| cpu | engine_call_nop_observer (us/call over plain; baseline: empty mode) | 1.50 | -0.10 | - | <= 2 | - |"
+    assert line in table

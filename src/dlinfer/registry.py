@@ -1,7 +1,8 @@
 """The kernel registry: which function computes a dlinfer operator for the tensors' device.
 
-Every operator has a *reference* kernel in plain torch (``dlinfer.reference``, handed over by its ``register``),
-which runs on any device whose PyTorch backend has the ATen operators it uses. A vendor adds its own kernels per
+Every operator has a *reference* kernel in plain torch (``dlinfer.reference``, whose modules register them with
+:func:`reference` as ``import dlinfer`` imports them), which runs on any device whose PyTorch backend has the ATen
+operators it uses. A vendor adds its own kernels per
 device type::
 
     def register(registry: KernelRegistry) -> None:        # the entry point, group "dlinfer.vendors"
@@ -19,7 +20,6 @@ Every call is counted per (operator, kernel name): :func:`op_counts`, :func:`ker
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -30,7 +30,7 @@ import torch
 
 from .config import dlinfer_config
 
-__all__ = ["REFERENCE", "KernelRegistry", "kernel_counts", "op_counts", "registry", "reset_counts"]
+__all__ = ["REFERENCE", "KernelRegistry", "kernel_counts", "op_counts", "reference", "registry", "reset_counts"]
 
 Kernel = Callable[..., Any]
 REFERENCE = "reference"
@@ -72,12 +72,11 @@ class KernelRegistry:
 
     # -- lookup -------------------------------------------------------------------------------------------------
     def load_vendors(self) -> None:
-        """Import the reference kernels and run every ``dlinfer.vendors`` entry point (once per process). A vendor
-        whose registration fails is reported with a warning and skipped: the reference kernels still serve."""
+        """Run every ``dlinfer.vendors`` entry point (once per registry). A vendor whose registration fails is reported
+        with a warning and skipped: the reference kernels still serve."""
         if self._loaded:
             return
         self._loaded = True
-        importlib.import_module("dlinfer.reference").register(self)
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             try:
                 ep.load()(self)
@@ -123,6 +122,8 @@ class KernelRegistry:
 
 
 registry = KernelRegistry()
+#: ``@reference("op")``: ``fn`` is the plain-torch reference kernel of ``op`` in :data:`registry`.
+reference = registry.register_reference
 
 
 def op_counts() -> dict[str, int]:

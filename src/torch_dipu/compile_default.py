@@ -17,6 +17,7 @@ dynamo out of torch_dipu's own frames (the dispatcher and the kernels run eagerl
 from __future__ import annotations
 
 import threading
+import types
 import warnings
 from collections import Counter
 from typing import Any
@@ -118,6 +119,28 @@ def _fake_constants_on_host() -> None:
     FakeTensorMode.avoid_device_init = property(avoid_device_init, doc=prop.__doc__)
 
 
+def _nested_codes(code: types.CodeType) -> list[types.CodeType]:
+    """``code`` and the code of every function defined inside it, at any depth."""
+    found = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_nested_codes(const))
+    return found
+
+
+def _dispatch_codes() -> list[types.CodeType]:
+    """The code that a dipu operator call enters from outside: ``DipuTensor.__torch_dispatch__`` where it is Python;
+    with the compiled dispatcher (torch_dipu._fastpath), which has no frame, the handlers it calls, i.e. every
+    function the handler builders define."""
+    from torch_dipu import device_kernels, dicl, dispatch
+
+    method = DipuTensor.__dict__["__torch_dispatch__"].__func__
+    codes = [method.__code__] if hasattr(method, "__code__") else []
+    for builder in (dispatch.build_handler, dicl.build_handler, device_kernels.build_handler):
+        codes.extend(_nested_codes(builder.__code__)[1:])
+    return codes
+
+
 def enable_dynamo() -> None:
     """Let dynamo trace dipu tensors. ``torch.compile`` calls it (each call checks that everything is still
     in place: cheap, and robust to ``torch._dynamo.reset()``); call it yourself before using dynamo's own
@@ -148,8 +171,9 @@ def enable_dynamo() -> None:
 
             plain_for_dipu._torch_dipu = True  # type: ignore[attr-defined]
             builder.infer_subclass_type = plain_for_dipu
-        dispatch = DipuTensor.__dict__["__torch_dispatch__"].__func__.__code__
-        set_code_exec_strategy(dispatch, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+        skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+        for code in _dispatch_codes():
+            set_code_exec_strategy(code, skip)
         with _lock:
             if not _dynamo_enabled:
                 trace_rules.add("torch_dipu")

@@ -226,3 +226,22 @@ def test_allocator_tracks_storages_made_by_several_threads(paths) -> None:
         assert stats["allocation.all.current"] == stats["allocated_bytes.all.current"] == 0
         assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] >= 4 * 300
     assert slow["allocation.all.allocated"] == fast["allocation.all.allocated"]
+
+
+def test_torch_compile_is_taught_about_the_compiled_dispatcher(run_python) -> None:
+    code = """
+import warnings
+warnings.simplefilter("error")  # "cannot teach this torch's dynamo about dipu tensors" would fail here
+import torch, torch_dipu
+from torch_dipu import dispatch
+from torch_dipu.compile_default import _dispatch_codes
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).to("dipu")
+x = torch.randn(4, 8, device="dipu")
+compiled = torch.compile(model, backend="aot_eager")
+print("FAST", dispatch.fast_path_in_use(), "SKIPPED", "handler" in {c.co_name for c in _dispatch_codes()})
+print("EQUAL", torch.equal(compiled(x).cpu(), model(x).cpu()))
+"""
+    for flag in ("1", "0"):
+        out = run_python(code, env={"DIPU_FAST_PATH": flag}).stdout
+        assert f"FAST {flag == '1'} SKIPPED True" in out and "EQUAL True" in out, out

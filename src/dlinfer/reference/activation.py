@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._table import reference
+from dlinfer.registry import reference
 
 __all__ = ["silu_and_mul"]
 

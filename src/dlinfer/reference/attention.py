@@ -22,9 +22,10 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
+from dlinfer.registry import reference
+
 from ._checks import check_heads, check_quant_bits, check_rank
 from ._memo import StepMemo
-from ._table import reference
 from .kv_cache import gather_kv
 
 __all__ = ["check_paged_decode", "check_paged_prefill", "check_prefill", "paged_decode_attention",

@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dlinfer.registry import reference
+
 from ._checks import check_quant_bits, check_rank
-from ._table import reference
 
 __all__ = ["check_fill_kv_cache", "dequantize_kv", "fill_kv_cache", "gather_kv", "quantize_kv"]
 

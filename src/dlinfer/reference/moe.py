@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dlinfer.registry import reference
+
 from ._checks import check_rank
-from ._table import reference
 
 __all__ = ["fused_moe", "moe_gating_topk_softmax"]
 

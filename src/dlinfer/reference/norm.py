@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._table import reference
+from dlinfer.registry import reference
 
 __all__ = ["add_rms_norm", "rms_norm"]
 

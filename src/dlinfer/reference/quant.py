@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._table import reference
+from dlinfer.registry import reference
+
 from .linear import all_reduce_sum
 from .norm import add_rms_norm, rms_norm
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dlinfer.registry import reference
+
 from ._memo import StepMemo
-from ._table import reference
 
 __all__ = ["apply_rotary_pos_emb", "apply_rotary_pos_emb_interleaved"]
 
