@@ -160,7 +160,7 @@ class OpCapture(OpTool):
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             probe = self.run_dir / ".write-test"
-            probe.write_text("")
+            probe.touch()
             probe.unlink()
         except OSError as exc:
             self._halt(f"cannot write to {self.run_dir} ({exc.strerror or exc})")
@@ -458,7 +458,7 @@ class OpCapture(OpTool):
             rows = [json.loads(line) for line in index.read_text(encoding="utf-8").splitlines() if line.strip()]
             fields = ["id", "op", "step", "dir", "call_site", "inputs", "dtypes", "backward", "bytes", "rank"]
             table = [{**r, "inputs": json.dumps(r["inputs"]), "dtypes": " ".join(r["dtypes"])} for r in rows]
-            with open(index.with_suffix(".csv"), "w", newline="", encoding="utf-8") as f:
+            with cf.atomic_open(index.with_suffix(".csv"), "w", newline="", encoding="utf-8") as f:
                 writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
                 writer.writeheader()
                 writer.writerows(table)

@@ -11,7 +11,6 @@ import argparse
 import html
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from diopi.case_format import atomic_open
 from op_tools.report_assets import CSS, JS
 from op_tools.results import COLUMNS, VERDICTS, read_rows
 
@@ -196,12 +196,8 @@ def write_report(run_dir: Path, title: str | None = None) -> Path:
     if title is None:
         title = " / ".join(part for part in _names(run_dir) if part)
     out = run_dir / REPORT_NAME
-    tmp = out.with_name(f".{REPORT_NAME}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(render(rows, title, run_dir), encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_open(out, "w", encoding="utf-8") as f:
+        f.write(render(rows, title, run_dir))
     return out
 
 

@@ -89,8 +89,9 @@ def _write_results(results: list[CaseResult], results_dir: str | None) -> Path:
         n += 1
     out_dir.mkdir(parents=True)
     rows = [r.as_row() for r in results]
-    (out_dir / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    with open(out_dir / "results.csv", "w", newline="", encoding="utf-8") as f:
+    with cf.atomic_open(out_dir / "results.jsonl", "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(row) + "\n" for row in rows))
+    with cf.atomic_open(out_dir / "results.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["path"])
         writer.writeheader()
         writer.writerows(rows)

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from diopi.case_format import atomic_open
 from diopi.env import ConfigError
 from op_tools import config
 from op_tools.device_sync import synchronizer, timing_event_factory
@@ -315,12 +316,13 @@ class OpTimeMeasure(ResultsTool):
         entries = self.summary()
         run_dir.mkdir(parents=True, exist_ok=True)
         keys = ("name", "phase", "calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share")
-        with open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        with atomic_open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(keys)
             for e in entries:
                 writer.writerow([round(e[k], 6) if isinstance(e[k], float) else e[k] for k in keys])
-        (run_dir / "timing_report.html").write_text(_render(entries, self, run_dir), encoding="utf-8")
+        with atomic_open(run_dir / "timing_report.html", "w", encoding="utf-8") as f:
+            f.write(_render(entries, self, run_dir))
 
 
 def _render(entries: list[dict[str, Any]], tool: OpTimeMeasure, run_dir: Path, top: int = 30) -> str:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from diopi.case_format import atomic_open
+
 from . import tiny_models
 
 __all__ = ["RESULTS", "Row", "judge", "main", "read_table", "write_table"]
@@ -130,7 +132,8 @@ def write_table(rows: list[Row], path: Path, command: str, seconds: float) -> No
     ]
     for row in rows:
         lines.append(f"| {row.model_type} | {row.cls} | {row.result} | {row.detail} | {row.replaced} |")
-    path.write_text("\n".join(lines) + "\n")
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def read_table(path: Path) -> list[Row]:
