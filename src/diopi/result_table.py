@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from diopi.compare import Verdict
 from diopi.env import env_int
 
-__all__ = ["COLUMNS", "VERDICTS", "ResultTable", "default_run_id", "free_run_dir", "launch_run_id", "process_rank",
-           "process_world_size", "read_rows"]
+__all__ = ["COLUMNS", "VERDICTS", "VERDICT_NAMES", "ResultTable", "default_run_id", "free_run_dir", "launch_run_id",
+           "process_rank", "process_world_size", "read_rows"]
 
 #: The columns of ``results.csv`` (``results.jsonl`` has the same keys, plus any extra fields a tool adds).
 #: ``rank`` (the process's rank, on every row) is last, so readers of the older files by position still work.
@@ -30,6 +31,8 @@ COLUMNS = ("id", "name", "phase", "verdict", "index", "max_abs_diff", "max_rel_d
            "step", "dtype", "shape", "message", "case_dir", "call_site", "rank")
 #: Verdicts, best first. ``NOISE``: outside the tolerance but no worse than the CPU in the same dtype.
 VERDICTS = ("PASS", "NOISE", "SKIP", "FAIL")
+#: The ``verdict`` column of a comparison's :class:`~diopi.compare.Verdict`.
+VERDICT_NAMES = {Verdict.PASS: "PASS", Verdict.PASS_NOISE: "NOISE", Verdict.FAIL: "FAIL"}
 _BUFFER = 1 << 20
 
 

@@ -30,6 +30,7 @@ import torch
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_tensors
 from diopi.reference import judge_outputs
+from diopi.result_table import VERDICT_NAMES
 from op_tools import config
 from op_tools.capture import op_dir_name
 from op_tools.collectives import needs_other_ranks
@@ -40,7 +41,6 @@ from op_tools.results_tool import ResultsTool
 
 __all__ = ["OpAutoCompare"]
 
-_VERDICT_NAMES = {Verdict.PASS: "PASS", Verdict.PASS_NOISE: "NOISE", Verdict.FAIL: "FAIL"}
 
 
 @dataclass
@@ -303,7 +303,7 @@ class OpAutoCompare(ResultsTool):
                         "step": call.step, "call_site": call.call_site, **fields})
 
     def _comparison_row(self, call: OpCall, phase: str, c: TensorComparison, case_dir: str | None) -> None:
-        verdict = _VERDICT_NAMES[c.verdict]
+        verdict = VERDICT_NAMES[c.verdict]
         self._row(call, phase, verdict, c.path, max_abs_diff=c.max_abs_error, max_rel_diff=c.max_rel_error,
                   cosine=c.cosine_similarity, atol=c.atol, rtol=c.rtol, message=c.message,
                   case_dir=case_dir if verdict == "FAIL" else None)

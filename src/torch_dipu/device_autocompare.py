@@ -34,7 +34,7 @@ from diopi.compare import TensorComparison, Verdict, compare_tensors
 from diopi.env import split_list
 from diopi.impl import tensors as tensors_in
 from diopi.reference import judge_outputs, widen
-from diopi.result_table import ResultTable, default_run_id, free_run_dir, process_rank
+from diopi.result_table import VERDICT_NAMES, ResultTable, default_run_id, free_run_dir, process_rank
 from torch_dipu import dispatch, kernels
 from torch_dipu.config import checked_op_list
 from torch_dipu.state import DipuState, get_state
@@ -46,7 +46,6 @@ VARIABLE = "DIPU_AUTOCOMPARE_OPS_LIST"
 #: allclose lines printed per (op, phase); later allclose calls of it are counted, not printed.
 ALLCLOSE_LINES = 3
 TOOL_FOLDER = "dipu_autocompare"
-_VERDICT_NAMES = {Verdict.PASS: "PASS", Verdict.PASS_NOISE: "NOISE", Verdict.FAIL: "FAIL"}
 _CPU = torch.device("cpu")
 #: ATen packets that write arguments their schema does not mark as written: batch norm in training mode
 #: updates its running statistics. These are compared like outputs, not checked for unexpected writes.
@@ -360,7 +359,7 @@ class _Call:
                                         op=self.name)
             judged += [(_renamed(c, name), leaf) for c, leaf in _pair(comparisons, device_value)]
         for c, leaf in judged:
-            rows.append(self._row(_VERDICT_NAMES[c.verdict], c.path, c, leaf))
+            rows.append(self._row(VERDICT_NAMES[c.verdict], c.path, c, leaf))
         fails = [c for c, _ in judged if c.verdict == Verdict.FAIL]
         if fails:
             worst = max(fails, key=lambda c: c.max_abs_error if c.max_abs_error == c.max_abs_error else float("inf"))
