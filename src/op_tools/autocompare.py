@@ -96,7 +96,7 @@ class OpAutoCompare(ResultsTool):
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
                          run_id=run_id)
         self.atol, self.rtol, self.noise_factor = atol, rtol, noise_factor
-        self._explicit_max_cases = max_cases
+        self.keep_explicit(max_cases=max_cases)
         self.apply_config(self.config)
         self.write_report = report
         self.lines = StepLines(self.name)  # one console line per (op name, step)
@@ -108,7 +108,7 @@ class OpAutoCompare(ResultsTool):
         return config.autocompare_config()
 
     def apply_config(self, cfg: config.AutoCompareConfig) -> None:
-        self.max_cases = cfg.max_cases if self._explicit_max_cases is None else self._explicit_max_cases
+        self.max_cases = self.explicit("max_cases", cfg.max_cases)
 
     def on_stop(self) -> None:
         self.lines.flush()

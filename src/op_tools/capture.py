@@ -107,7 +107,7 @@ class OpCapture(OpTool):
                  run_id: str | None = None, verbose: bool | None = None,
                  queue_bytes: int = 256 * 2**20) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        self._explicit_mode, self._explicit_max_bytes, self._explicit_verbose = mode or None, max_bytes, verbose
+        self.keep_explicit(mode=mode or None, max_bytes=max_bytes, verbose=verbose)
         self.apply_config(self.config)
         self.root = config.results_dir(results_dir) / "op_capture"
         self.run_id = config.run_id(run_id)
@@ -140,14 +140,14 @@ class OpCapture(OpTool):
         return config.capture_config()
 
     def apply_config(self, cfg: config.CaptureConfig) -> None:
-        mode = cfg.mode if self._explicit_mode is None else self._explicit_mode.strip().lower()
+        mode = self.explicit("mode", cfg.mode, lambda given: given.strip().lower())
         if mode not in MODES:
             raise ConfigError(f"{config.CAPTURE_MODE_ENV} / mode={mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self.backward_needs = "stats" if mode == "stats" else "data"
-        self.max_bytes = (cfg.max_bytes if self._explicit_max_bytes is None
-                          else config.parse_byte_size(self._explicit_max_bytes, config.CAPTURE_MAX_BYTES_ENV))
-        self.verbose = cfg.verbose if self._explicit_verbose is None else self._explicit_verbose
+        self.max_bytes = self.explicit("max_bytes", cfg.max_bytes,
+                                       lambda given: config.parse_byte_size(given, config.CAPTURE_MAX_BYTES_ENV))
+        self.verbose = self.explicit("verbose", cfg.verbose)
 
     def _choose_run_dir(self) -> Path:
         self._rank = process_rank()

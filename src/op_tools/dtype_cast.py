@@ -63,7 +63,7 @@ class OpDtypeCast(ResultsTool):
                  run_id: str | None = None) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
                          run_id=run_id)
-        self._explicit_cast = cast
+        self.keep_explicit(cast=cast)
         self.apply_config(self.config)
         self.casts = 0
 
@@ -71,10 +71,10 @@ class OpDtypeCast(ResultsTool):
         return config.dtype_cast_config()
 
     def apply_config(self, cfg: config.DtypeCastConfig) -> None:
-        if self._explicit_cast is None:
-            self.cast = parse_cast(cfg.cast, config.DTYPE_CAST_DICT_ENV)
-        else:
-            self.cast = parse_cast(self._explicit_cast, f"cast= ({config.DTYPE_CAST_DICT_ENV} syntax)")
+        # (text, where it came from): an error names the keyword or the variable
+        source = self.explicit("cast", (cfg.cast, config.DTYPE_CAST_DICT_ENV),
+                               lambda given: (given, f"cast= ({config.DTYPE_CAST_DICT_ENV} syntax)"))
+        self.cast = parse_cast(*source)
 
     def summary_lines(self) -> list[str]:
         if self.table is None:

@@ -97,7 +97,7 @@ class OpFallback(ResultsTool):
         self.random_generator = random_generator
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
                          run_id=run_id)
-        self._explicit_retry_float32 = retry_float32
+        self.keep_explicit(retry_float32=retry_float32)
         self.apply_config(self.config)
         self.fallen_back = 0
         self.in_float32 = 0
@@ -106,7 +106,7 @@ class OpFallback(ResultsTool):
         return config.fallback_config()
 
     def apply_config(self, cfg: config.FallbackConfig) -> None:
-        self.retry_float32 = cfg.retry_float32 if self._explicit_retry_float32 is None else self._explicit_retry_float32
+        self.retry_float32 = self.explicit("retry_float32", cfg.retry_float32)
 
     def summary_lines(self) -> list[str]:
         if self.table is None:

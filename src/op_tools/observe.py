@@ -86,7 +86,7 @@ class OpObserve(OpTool):
                  file: str | os.PathLike[str] | None = None, verbose: bool | None = None,
                  backward: bool = True) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
-        self._explicit_file, self._explicit_verbose = file, verbose
+        self.keep_explicit(file=file, verbose=verbose)
         self.apply_config(self.config)
         if not backward:
             self.phases = Phase.AFTER
@@ -99,8 +99,8 @@ class OpObserve(OpTool):
         return config.observe_config()
 
     def apply_config(self, cfg: config.ObserveConfig) -> None:
-        self.file = self._explicit_file if self._explicit_file is not None else cfg.file
-        self.verbose = cfg.verbose if self._explicit_verbose is None else self._explicit_verbose
+        self.file = self.explicit("file", cfg.file)
+        self.verbose = self.explicit("verbose", cfg.verbose)
 
     def on_start(self) -> None:
         if self.file is not None:

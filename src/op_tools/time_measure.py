@@ -110,7 +110,7 @@ class OpTimeMeasure(ResultsTool):
                  results_dir: str | os.PathLike[str] | None = None, run_id: str | None = None) -> None:
         super().__init__(ops=ops, disable_ops=disable_ops, device=device, steps=steps, results_dir=results_dir,
                          run_id=run_id)
-        self._explicit_mode, self._explicit_top = mode, top
+        self.keep_explicit(mode=mode, top=top)
         self.apply_config(self.config)
         self.backward = backward
         if not backward:
@@ -130,7 +130,7 @@ class OpTimeMeasure(ResultsTool):
     def apply_config(self, cfg: config.TimeMeasureConfig) -> None:
         self._new_event = timing_event_factory(self.device_type)
         has_events = self._new_event is not None
-        mode = self._explicit_mode if self._explicit_mode is not None else cfg.mode
+        mode = self.explicit("mode", cfg.mode)
         if mode is None:
             mode = "event" if has_events else "sync"
         if mode not in MODES:
@@ -139,7 +139,7 @@ class OpTimeMeasure(ResultsTool):
             raise ValueError(f"OpTimeMeasure: mode='event' needs timing events; the {self.device_type} device has "
                              f"none (use mode='sync')")
         self.mode = mode
-        self.top = cfg.top if self._explicit_top is None else self._explicit_top
+        self.top = self.explicit("top", cfg.top)
         self._sync: Callable[[], None] = synchronizer(self.device_type)
 
     def start(self) -> OpTimeMeasure:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -71,8 +72,7 @@ class OpTool:
     def __init__(self, *, ops: str | list[str] | None = None, disable_ops: str | list[str] | None = None,
                  device: str | torch.device | None = None, steps: Any = None) -> None:
         # Explicit keywords win over the environment, which is read now and again at each start().
-        self._explicit_ops, self._explicit_disable_ops = ops, disable_ops
-        self._explicit_device, self._explicit_steps = device, steps
+        self.keep_explicit(ops=ops, disable_ops=disable_ops, device=device, steps=steps)
         self.config = self.read_config()
         self._apply_common_config(self.config)
         self.active = False
@@ -127,13 +127,23 @@ class OpTool:
         """This tool's settings from the environment; subclasses return their own config object."""
         return config.tool_config(self.env_prefix, self.steps_env)
 
+    def keep_explicit(self, **keywords: Any) -> None:
+        """Remember keyword arguments the tool was given: each that is not None wins over the environment's value
+        (:meth:`explicit`) now and at every later start()."""
+        self.__dict__.setdefault("_explicit", {}).update(keywords)
+
+    def explicit(self, name: str, from_env: Any, parse: Callable[[Any], Any] | None = None) -> Any:
+        """The keyword ``name`` the tool was given (through ``parse``), or ``from_env`` where it was None."""
+        given = self._explicit.get(name)
+        if given is None:
+            return from_env
+        return given if parse is None else parse(given)
+
     def _apply_common_config(self, cfg: config.ToolConfig) -> None:
-        self.filter = OpFilter(self.env_prefix, self._explicit_ops, self._explicit_disable_ops,
+        self.filter = OpFilter(self.env_prefix, self._explicit["ops"], self._explicit["disable_ops"],
                                env_lists=(cfg.ops, cfg.disable_ops), owner=type(self).__name__)
-        self.device_type = active_device_type(self._explicit_device if self._explicit_device is not None
-                                              else cfg.device)
-        steps = self._explicit_steps if self._explicit_steps is not None else cfg.steps
-        self.steps = StepRange(steps, source=self.steps_env or "steps")
+        self.device_type = active_device_type(self.explicit("device", cfg.device))
+        self.steps = StepRange(self.explicit("steps", cfg.steps), source=self.steps_env or "steps")
 
     def apply_config(self, cfg: config.ToolConfig) -> None:
         """Take the tool's own settings from ``cfg`` under its explicit keywords (subclasses; called at the
