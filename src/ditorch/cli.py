@@ -1,7 +1,9 @@
 """The ``ditorch`` command line: one argparse subcommand per tool (``ditorch <command> --help``).
 
 The parser is built lazily: ``ditorch --help`` and bare ``ditorch`` list the commands without importing torch,
-and only the chosen command's options are set up (its modules imported). ditorch's device is activated
+and only the chosen command's options are set up (its modules imported). A command is one :class:`Command` in
+:data:`COMMANDS` whose ``fill`` calls its module's ``add_arguments(parser)`` and sets its handler: the one way a
+subcommand plugs in. ditorch's device is activated
 (:func:`ditorch.activate`) after the command line has been read and checked, so a malformed option costs no
 device set-up.
 
@@ -380,7 +382,7 @@ def _fill_dump_modules(p: argparse.ArgumentParser) -> None:
     p.description = ("Run the script as `ditorch run` does, with a ModuleDump of its model (the first module with "
                      "parameters called at the outermost level): inputs, outputs, parameters and their gradients of "
                      "every module call, full tensors or statistics (docs/module_tools.md).")
-    dump_command.parser(p)
+    dump_command.add_arguments(p)
     p.set_defaults(handler=_dump_modules, check=_check_dump_modules, script_runs=True)
 
 
@@ -390,7 +392,7 @@ def _fill_compare_runs(p: argparse.ArgumentParser) -> None:
     p.description = ("Align two ModuleDump runs module by module (wrappers such as DDP's `module.` stripped), judge "
                      "every tensor with diopi.compare and print the first divergence in forward and in backward "
                      "order; exit 0 without divergence, 1 with one, 2 on a bad dump (docs/module_tools.md).")
-    compare_command.build_parser(p)
+    compare_command.add_arguments(p)
     p.set_defaults(handler=_compare_runs, check=_check_compare_runs)
 
 
@@ -403,7 +405,7 @@ def _fill_parity(p: argparse.ArgumentParser) -> None:
                      "the device (random calls drawn from the CPU generator), dump both for N steps with ModuleDump "
                      "and print 'no divergence in N steps' or the first divergent module; exit 0 none, 1 divergence, "
                      "2 a run failed or nothing aligns (docs/module_tools.md).")
-    parity_command.parser(p)
+    parity_command.add_arguments(p)
     p.set_defaults(handler=_parity, check=_check_parity)
 
 

@@ -7,21 +7,21 @@ import sys
 from collections.abc import Sequence
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """The arguments of ``compare-runs`` (added to ``parser`` when given)."""
-    parser = parser or argparse.ArgumentParser(prog="ditorch compare-runs",
-                                               description="compare two module dumps and name the first divergence")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the arguments of ``compare-runs`` to ``parser`` (every ``ditorch`` subcommand plugs in this way)."""
     parser.add_argument("ref", help="the reference dump (a ModuleDump folder or one rank<r> folder)")
     parser.add_argument("test", help="the dump under test")
     parser.add_argument("--fp64", metavar="DUMP", default=None, help="a float64 dump of the same run: the noise floor")
     parser.add_argument("--json", metavar="FILE", default=None, help="write the full comparison as JSON")
     parser.add_argument("--html", metavar="FILE", default=None, help="write a self-contained HTML report")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m module_tools.compare_command`` / ``ditorch compare-runs``: see :func:`handle`."""
-    return handle(build_parser().parse_args(argv))
+    parser = argparse.ArgumentParser(prog="ditorch compare-runs",
+                                     description="compare two module dumps and name the first divergence")
+    add_arguments(parser)
+    return handle(parser.parse_args(argv))
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -23,13 +23,11 @@ from op_tools.config import int_at_least
 from .config import DUMP_DIR_ENV, DUMP_FIXED_INPUT_ENV, DUMP_STEPS_ENV, dump_config
 from .dump import ModuleDump
 
-__all__ = ["handle", "main", "parser", "run_dumped"]
+__all__ = ["add_arguments", "handle", "main", "run_dumped"]
 
 
-def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """The command's arguments (added to ``p`` when given)."""
-    p = p or argparse.ArgumentParser(prog="ditorch dump-modules",
-                                     description="Dump every module call of a script's model (forward and backward).")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the command's arguments to ``p`` (every ``ditorch`` subcommand plugs in this way)."""
     p.add_argument("--out", default=None, help=f"dump folder (default: ${DUMP_DIR_ENV}, else module_dump)")
     p.add_argument("--stats-only", action="store_true", default=None, help="statistics only, no tensor files")
     p.add_argument("--steps", default=None, help=f"steps to dump: 0-2, 3, 5- (default: ${DUMP_STEPS_ENV}, else all)")
@@ -39,7 +37,6 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
                    help="end the script after N steps (N optimizer.step() calls); the dump is written, exit 0")
     p.add_argument("script", nargs="?", default=None, help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
-    return p
 
 
 class _ModelFinder:
@@ -73,7 +70,10 @@ class _ModelFinder:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``ditorch dump-modules``: see :func:`handle`."""
-    return handle(parser().parse_args(list(argv) if argv is not None else None))
+    parser = argparse.ArgumentParser(prog="ditorch dump-modules",
+                                     description="Dump every module call of a script's model (forward and backward).")
+    add_arguments(parser)
+    return handle(parser.parse_args(list(argv) if argv is not None else None))
 
 
 class _StepsDone(BaseException):

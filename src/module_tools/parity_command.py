@@ -11,13 +11,11 @@ from op_tools.config import int_at_least
 
 from .parity import DEFAULT_STEPS, SEED
 
-__all__ = ["handle", "main", "parser"]
+__all__ = ["add_arguments", "handle", "main"]
 
 
-def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """The command's arguments (added to ``p`` when given)."""
-    p = p or argparse.ArgumentParser(prog="ditorch parity",
-                                     description="Does the script train the same on this device as on the CPU?")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the command's arguments to ``p`` (every ``ditorch`` subcommand plugs in this way)."""
     p.add_argument("--steps", type=int_at_least(1), default=DEFAULT_STEPS,
                    help=f"steps to run and compare; each run ends at the N-th optimizer.step() (default "
                         f"{DEFAULT_STEPS})")
@@ -33,12 +31,14 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("script", nargs="?", default=None,
                    help=f"the Python script to run (both runs seeded with {SEED} first)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``ditorch parity``: see :func:`handle`."""
-    return handle(parser().parse_args(list(argv) if argv is not None else None))
+    parser = argparse.ArgumentParser(prog="ditorch parity",
+                                     description="Does the script train the same on this device as on the CPU?")
+    add_arguments(parser)
+    return handle(parser.parse_args(list(argv) if argv is not None else None))
 
 
 def handle(args: argparse.Namespace) -> int:
