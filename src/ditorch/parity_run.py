@@ -160,7 +160,7 @@ def main(argv: Sequence[str]) -> int:
     _seed_everything(SEED)
     script_args = a.args[1:] if a.args[:1] == ["--"] else a.args
     try:
-        status, dump = run_dumped(a.script, script_args, a.out, stats_only=a.stats_only, steps=range(a.steps),
+        status, dump = run_dumped(a.script, script_args, a.out, stats_only=a.stats_only, steps=range(1, a.steps + 1),
                                   stop_after=a.steps, fixed_input=a.fixed_input)
     except Exception as exc:
         from ditorch.run import print_script_exception

@@ -18,15 +18,15 @@ __all__ = ["FORMAT", "Dump", "DumpError", "ModuleDump", "dump_from_env", "load_d
 def dump_from_env(model: torch.nn.Module) -> ModuleDump | None:
     """A started :class:`ModuleDump` of ``model`` when ``MODULE_DUMP_DIR`` is set (with
     ``MODULE_DUMP_STATS_ONLY``, ``MODULE_DUMP_STEPS`` and ``MODULE_DUMP_FIXED_INPUT``), else None. Steps end
-    at each ``optimizer.step()``; the dump stops (and writes its index) at the end of the process, or earlier
-    by ``stop()``."""
+    at each ``optimizer.step()`` (op_tools' step count); the dump stops (and writes its index) at the end of the
+    process, or earlier by ``stop()``."""
     config = dump_config()
     if config.out_dir is None:
         return None
     import atexit
 
     dump = ModuleDump(model, config.out_dir, stats_only=config.stats_only, steps=config.steps,
-                      step_on_optimizer=True, fixed_input=config.fixed_input)
+                      fixed_input=config.fixed_input)
     dump.start()
     atexit.register(dump.stop)
     return dump

@@ -1,9 +1,10 @@
 """``ModuleDump``: record every module call of a model, forward and backward, in the module dump format.
 
-The format (``ditorch.module_dump/1``) is described in docs/module_tools.md ("Dump format"). Tensors are
-detached host copies taken when the hook runs, so a later in-place change does not alter the dump (statistics
-only: the tensors are reduced when the hook runs, by op_tools' statistics path, and read at the step's end); the
-hooks never change a tensor the model sees, so training is bitwise the same with and without a dump.
+The format (``ditorch.module_dump/1``) is described in docs/module_tools.md ("Dump format"): an index, and in a
+full dump one case per forward call (replayable with ``ditorch replay``) and a tensor file per backward. Tensors
+are host copies taken when the hook runs, so a later in-place change does not alter the dump (statistics: the
+tensors are reduced when the hook runs, by op_tools' statistics path, and read at the step's end); the hooks never
+change a tensor the model sees, so training is bitwise the same with and without a dump.
 """
 
 from __future__ import annotations
@@ -14,22 +15,28 @@ import math
 import sys
 import time
 import weakref
-from collections.abc import Iterable
-from functools import partial
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.autograd.graph import get_gradient_edge
-from torch.utils.hooks import RemovableHandle
 
-from diopi.case_format import atomic_open, library_versions, write_tensors
+from diopi import case_format as cf
+from diopi.case_format import atomic_open, library_versions
 from diopi.result_table import process_rank, process_world_size
-from op_tools import deferred_stats, host_stats_worker
+from op_tools import autograd_hooks, deferred_stats, host_stats_worker
+from op_tools.module_case import encode_module
+from op_tools.naming import FunctionInfo
+from op_tools.protocol import OpCall, Phase
+from op_tools.steps import StepRange, current_step, next_step, on_step_end
+from op_tools.tool import OpTool
 
-from .config import StepSet, parse_steps
+from .config import DUMP_STEPS_ENV
 from .dump_reader import FORMAT
-from .walk import flatten_tensors, sequence_nr
+from .fixed_input import rng_state
+from .walk import flatten_tensors
+
+_sequence_nr = torch._C._autograd._get_sequence_nr
 
 __all__ = ["ModuleDump"]
 
@@ -105,6 +112,19 @@ def _eager(hook: Any) -> Any:
     return dynamo.disable(hook, recursive=True) if dynamo is not None else hook
 
 
+def _backward_order(entry: _Entry) -> tuple[int, int, int]:
+    """Where a call's backward ends: by backward pass, then in a pass a later call's first (the larger first
+    sequence number), a call's before the calls that contain it (the smaller end)."""
+    return (entry.backward_pass, -entry.span[0], entry.span[1])
+
+
+class _Removable:
+    """A remover function as a hook handle."""
+
+    def __init__(self, remove: Callable[[], None]) -> None:
+        self.remove = remove
+
+
 def _tensor_order(item: tuple[str, Any]) -> tuple[int, int]:
     kind, _, index = item[0].partition(".")
     rank = {"grad_input": 0, "grad_output": 1}.get(kind, 2)
@@ -124,6 +144,9 @@ class _Entry:
     written: bool = False
     fixed: bool = False  # a fixed-input replay's results (module_tools.fixed_input)
     text: str | None = None  # record() as JSON, once the step is written (index.json is rewritten every step)
+    span: tuple[int, int] = (0, 0)  # the autograd sequence numbers the call's nodes got (backward order)
+    backward_pass: int = 0  # op_tools' number of the backward pass that reported it
+    case: _CaseDraft | None = None  # a forward call's case, in a full dump
 
     def record(self) -> dict[str, Any]:
         tensors = {name: _finite(stats) for name, stats in self.stats.items()}
@@ -134,6 +157,45 @@ class _Entry:
         if self.text is None:
             self.text = json.dumps(self.record(), allow_nan=False)
         return self.text
+
+
+class _CaseDraft:
+    """A forward call being recorded as a case: its inputs and the module's state are copied when the call
+    starts (encoders ``i`` and ``p``), its outputs when it returns (``o``); ``names`` maps the dump's tensor names
+    (``input.0``, ``param.weight``, ``output.0``) to the case's keys."""
+
+    def __init__(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 inputs: list[torch.Tensor], device: str) -> None:
+        self.inputs, self.state_enc, self.outputs = cf.Encoder("i"), cf.Encoder("p"), cf.Encoder("o")
+        self.args = self.inputs.encode(list(args))
+        self.kwargs = {k: self.inputs.encode(v) for k, v in kwargs.items()}
+        self.names = {f"input.{i}": self.inputs.key_of(t) or self.inputs.encode(t)["tensor"]
+                      for i, t in enumerate(inputs)}
+        self.state = encode_module(module, self.state_enc)
+        self.names.update({f"param.{k}": self.state_enc.key_of(p) for k, p in module._parameters.items()
+                           if p is not None})
+        self.out: Any = None
+        self.rng = rng_state(torch.device(device))
+        self.random = False
+
+    def finish(self, output: Any, outputs: list[torch.Tensor], device: str) -> None:
+        self.out = self.outputs.encode(output)
+        self.names.update({f"output.{i}": self.outputs.key_of(t) or self.outputs.encode(t)["tensor"]
+                           for i, t in enumerate(outputs)})
+        after = rng_state(torch.device(device))  # a call that drew random numbers does not replay by value
+        self.random = any(not torch.equal(a[1], b[1]) for a, b in zip(self.rng, after, strict=False))
+        self.rng = []
+
+    def write(self, folder: Path, entry: _Entry, device: str) -> None:
+        encoders = (self.inputs, self.state_enc, self.outputs)
+        record = cf.build_record(
+            tool="ModuleDump", op=self.state["class"], call_id=entry.call, step=entry.step, rank=process_rank(),
+            call_site=None, device=device, inplace=False, random=self.random, mode="data", args=self.args,
+            kwargs=self.kwargs, outputs=self.out, tensors={k: v for e in encoders for k, v in e.meta.items()},
+            opaque=[o for e in encoders for o in e.opaque])
+        record["module"] = {"path": entry.module, "names": self.names, "state": self.state}
+        cf.write_tensors(folder / cf.TENSORS_FILE, {k: v for e in encoders for k, v in e.data.items()})
+        cf.write_json(folder / cf.CASE_FILE, record)  # last: a folder without case.json is not a case
 
 
 class _Records(list):
@@ -150,82 +212,78 @@ def _index_text(value: Any) -> str:
     return json.dumps(value, allow_nan=False)
 
 
-@dataclasses.dataclass
-class _BackwardCall:
-    """The backward of one module call while its gradients arrive."""
+class ModuleDump(OpTool):
+    """Dump every call of every submodule of ``model`` into ``out_dir/rank<r>/``: an op_tools tool whose calls are
+    module calls (module hooks instead of the operator engine) and whose backward comes from the one backward
+    mechanism of op_tools (:mod:`op_tools.autograd_hooks`: a module call is the span of autograd sequence
+    numbers its forward made).
 
-    entry: _Entry
-    outputs: int = 0
-    outputs_seen: int = 0
-    expected: int = 0
-    n_inputs: int = 0
-    done: bool = False
-    parts: dict[int, int] = dataclasses.field(default_factory=dict)  # input index -> gradient parts still to come
-    sums: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # partial sums of those gradients
+    Forward: the call's tensor inputs (positional then keyword), outputs and the module's own parameters; in a
+    full dump each forward call is a case (:mod:`diopi.case_format`, the module's state included,
+    :mod:`op_tools.module_case`) that ``ditorch replay`` replays. Backward: the gradients of its inputs (the part
+    that flows through this call), of its outputs, and of its own parameters (the accumulated ``.grad``). The
+    autograd graph is left as it is (hooks on nodes, no identity nodes), so gradients are bitwise the same as
+    without a dump.
 
-
-class ModuleDump:
-    """Dump every call of every submodule of ``model`` into ``out_dir/rank<r>/``.
-
-    Forward: the call's tensor inputs (positional then keyword), outputs and the module's own parameters.
-    Backward: the gradients of its inputs (the part that flows through this call, as
-    ``register_full_backward_hook`` gives it, up to summation order), of its outputs, and of its own
-    parameters (the accumulated ``.grad``). The autograd graph is left as it is (hooks on tensors and nodes,
-    no identity nodes), so gradients are bitwise the same as without a dump.
-
-    ``stats_only=True`` keeps statistics only. ``steps`` (``"0-2"``, a ``range``, an iterable of step numbers;
-    None = all) chooses the steps to record; a step ends at :meth:`step`, which a training loop calls after
-    ``optimizer.step()`` (or pass ``step_on_optimizer=True`` to count every ``optimizer.step()`` as the end of
-    a step).
+    ``stats_only=True`` keeps statistics only. ``steps`` (``"1-3"``, ``"1,4-5"``, a ``range``, step numbers;
+    None = all, else ``MODULE_DUMP_STEPS``) chooses the steps to record, in op_tools' syntax and by op_tools' count
+    (:mod:`op_tools.steps`: each ``optimizer.step()`` ends a step), numbered from 1 at :meth:`start`; a loop without
+    an optimizer calls :meth:`step` (or :func:`op_tools.next_step`).
 
     Use as a context manager, or with :meth:`start` / :meth:`stop`. ``index.json`` is rewritten at :meth:`stop`,
     after the last step to record, and at the end of a recorded step when :data:`INDEX_INTERVAL_S` seconds have
     passed since it was last written.
     """
 
+    env_prefix = "MODULE_DUMP"
+    steps_env = DUMP_STEPS_ENV
+    phases = Phase.BACKWARD
+
     def __init__(self, model: torch.nn.Module, out_dir: str | Path, stats_only: bool = False,
-                 steps: str | range | Iterable[int] | StepSet | None = None, step_on_optimizer: bool = False,
+                 steps: str | range | Iterable[int] | StepRange | None = None,
                  fixed_input: str | Path | Any | None = None) -> None:
+        super().__init__(steps=steps)
         self.model = model
         self.out_dir = Path(out_dir)
         self.stats_only = bool(stats_only)
-        self.steps = parse_steps(steps)  # type: ignore[arg-type]
-        self.step_on_optimizer = step_on_optimizer
-        self.current_step = 0
+        self.backward_needs = "stats" if self.stats_only else "data"
         self.rank_dir: Path | None = None
-        self._handles: list[RemovableHandle] = []
-        self._running = False
-        self._active = False
+        self._handles: list[Any] = []
+        self._recording = False
         self._paths: dict[int, str] = {}
         self._owners: dict[int, list[tuple[str, str]]] = {}
         self._forward: list[_Entry] = []
         self._backward: list[_Entry] = []
         self._pending: list[_Entry] = []
         self._calls: dict[str, int] = {}
-        self._open: dict[int, list[tuple[_Entry, int, dict[tuple[int, int], tuple[Any, list[int]]]]]] = {}
+        self._open: dict[int, list[tuple[_Entry, list[torch.Tensor], list[Any], int]]] = {}
+        self._infos: dict[str, FunctionInfo] = {}
         self._param_grads: dict[int, torch.Tensor] = {}
         self._recorded_steps: list[int] = []
         self._modules: dict[str, str] = {}
         self._device = "cpu"
-        self._watching: list[_BackwardCall] = []
         self._failed = False
+        self._ended = False  # a step ended since the last step() call
         self._index_written = 0.0
         self._seen: dict[int, tuple[weakref.ref, int, dict[str, Any]]] = {}  # id -> statistics, this step
         self._fixed: list[_Entry] = []
         self._fixed_input = fixed_input
         self._replay: Any = None
+        self._origin = current_step()  # op_tools' step at start(): the dump's step 1
+
+    @property
+    def current_step(self) -> int:
+        """The step now running, counted from 1 at :meth:`start` (op_tools' count, from the dump's start: two runs
+        dumped one after the other in one process number their steps alike)."""
+        return current_step() - self._origin + 1
 
     # -- lifecycle -------------------------------------------------------------------------------------------
-    def __enter__(self) -> ModuleDump:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> ModuleDump:
-        """Install the hooks (the step count starts at 0)."""
-        if self._running:
+        """Install the module hooks (no operator is intercepted)."""
+        if self.active:
             return self
+        self.reconfigure()
+        self._origin = current_step()
         self.rank_dir = self.out_dir / f"rank{process_rank()}"
         self.rank_dir.mkdir(parents=True, exist_ok=True)
         self._modules = {}
@@ -246,35 +304,38 @@ class ModuleDump:
             from .fixed_input import FixedInputReplay
 
             self._replay = FixedInputReplay(self._fixed_input, self.model, self._paths)
-        if self.step_on_optimizer:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-
-            self._handles.append(register_optimizer_step_post_hook(lambda *_: self.step()))
-        self._running = True
-        self._active = self.current_step in self.steps
+        self._handles.append(_Removable(on_step_end(self._step_ended)))
+        self.active = True
+        self._recording = self.current_step in self.steps
         return self
 
     def stop(self) -> None:
         """Remove the hooks, write what the current step recorded and the index."""
-        if not self._running:
+        if not self.active:
             return
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._running = self._active = False
-        self._finish_step()
+        self.active = self._recording = False
+        self._finish_step(self.current_step)
         self._write_index()
 
     def step(self) -> int:
-        """End the current step (call it after ``optimizer.step()``); returns the new step number."""
-        if self._active:
-            self._finish_step()
-            if (self.steps.done_after(self.current_step)
-                    or time.monotonic() - self._index_written >= INDEX_INTERVAL_S):
-                self._write_index()
-        self.current_step += 1
-        self._active = self._running and self.current_step in self.steps
+        """End the current step in a loop without an optimizer; after ``optimizer.step()`` the step has ended
+        already and this does nothing. Returns the step now running."""
+        if not self._ended:
+            next_step()
+        self._ended = False
         return self.current_step
+
+    def _step_ended(self, ended: int) -> None:
+        self._ended = True
+        ended = ended - self._origin + 1
+        if self._recording:
+            self._finish_step(ended)
+            if self.steps.done_after(ended) or time.monotonic() - self._index_written >= INDEX_INTERVAL_S:
+                self._write_index()
+        self._recording = self.active and self.current_step in self.steps
 
     # -- hooks -----------------------------------------------------------------------------------------------
     def _fail(self, what: str, exc: BaseException) -> None:
@@ -284,7 +345,7 @@ class ModuleDump:
                   file=sys.stderr)
 
     def _pre_hook(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not self._active or (self._replay is not None and self._replay.busy):
+        if not self._recording or (self._replay is not None and self._replay.busy):
             return
         try:
             path = self._paths.get(id(module), "?")
@@ -292,21 +353,18 @@ class ModuleDump:
             self._calls[path] = call + 1
             entry = _Entry(path, type(module).__name__, self.current_step, call, "forward")
             if self._replay is not None:
-                self._replay.before(module, path, self.current_step, call, args, kwargs)
-            inputs = flatten_tensors((args, kwargs))
-            tensors = {f"input.{i}": t for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+                self._replay.before(module, path, entry.step, call, args, kwargs)
+            inputs = [t for t in flatten_tensors((args, kwargs)) if t is not None]
+            tensors = {f"input.{i}": t for i, t in enumerate(inputs)}
             for name, param in module._parameters.items():  # named_parameters(recurse=False), cheaper
                 if param is not None:
                     tensors[f"param.{name}"] = param
-            self._keep(entry, tensors)
+            self._keep_stats(entry, tensors)
+            if not self.stats_only:
+                entry.case = _CaseDraft(module, args, kwargs, inputs, self._device)
             self._forward.append(entry)
-            edges: dict[tuple[int, int], tuple[Any, list[int]]] = {}
-            if torch.is_grad_enabled():
-                for i, t in enumerate(inputs):
-                    if isinstance(t, torch.Tensor) and t.requires_grad:
-                        edge = get_gradient_edge(t)
-                        edges.setdefault((id(edge.node), edge.output_nr), (edge.node, []))[1].append(i)
-            self._open.setdefault(id(module), []).append((entry, len(inputs), edges))
+            edges = autograd_hooks.input_edges(inputs) if torch.is_grad_enabled() else []  # before in-place ops
+            self._open.setdefault(id(module), []).append((entry, inputs, edges, _sequence_nr()))
         except Exception as exc:  # noqa: BLE001 - a debugging tool lets the run through
             self._fail("forward pre-hook", exc)
 
@@ -317,13 +375,15 @@ class ModuleDump:
         stack = self._open.get(id(module))
         if not stack:
             return
-        entry, n_inputs, edges = stack.pop()
+        entry, inputs, edges, seq0 = stack.pop()
         try:
-            outputs = flatten_tensors(output)
-            self._keep(entry, {f"output.{i}": t for i, t in enumerate(outputs) if isinstance(t, torch.Tensor)})
+            outputs = [t for t in flatten_tensors(output) if t is not None]
+            self._keep_stats(entry, {f"output.{i}": t for i, t in enumerate(outputs)})
+            if entry.case is not None:
+                entry.case.finish(output, outputs, self._device)
             self._write_entry(entry)
             if torch.is_grad_enabled():
-                self._watch_backward(entry, n_inputs, edges, outputs)
+                self._watch_backward(entry, inputs, edges, outputs, seq0, _sequence_nr())
         except Exception as exc:  # noqa: BLE001
             self._fail("forward hook", exc)
         if self._replay is not None:
@@ -346,93 +406,39 @@ class ModuleDump:
             self._write_entry(fixed)
             self._fixed.append(fixed)
 
-    def _watch_backward(self, forward: _Entry, n_inputs: int, edges: dict[tuple[int, int], tuple[Any, list[int]]],
-                        outputs: list[torch.Tensor | None]) -> None:
-        """Hooks that see this call's gradients without changing the autograd graph: a hook on each output
-        (its gradient) and on each node made by the call that passes a gradient to an input (the part of the
-        input's gradient that flows through this call)."""
-        state = _BackwardCall(_Entry(forward.module, forward.cls, forward.step, forward.call, "backward"))
-        roots = []
-        for i, t in enumerate(outputs):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                t.register_hook(partial(self._output_grad_hook, state, i))
-                state.outputs += 1
-                if t.grad_fn is not None:
-                    roots.append(t.grad_fn)
-        if not state.outputs:
+    def _watch_backward(self, forward: _Entry, inputs: list[torch.Tensor], edges: list[Any],
+                        outputs: list[torch.Tensor], seq0: int, seq1: int) -> None:
+        """Hand the call to op_tools' backward mechanism: the nodes its forward made (sequence numbers
+        ``[seq0, seq1)``) report the gradients of its outputs and of its inputs to :meth:`on_backward`."""
+        if seq1 == seq0 or not any(t.requires_grad for t in outputs):
             return
-        self._watching.append(state)
-        if not edges:
-            return
-        bound = max((sequence_nr(node) for node, _ in edges.values() if type(node).__name__ != "AccumulateGrad"),
-                    default=-1)
-        seen: set[int] = set()
-        while roots:
-            node = roots.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            for k, (nxt, nr) in enumerate(node.next_functions):
-                if nxt is None:
-                    continue
-                hit = edges.get((id(nxt), nr))
-                if hit is not None:
-                    node.register_hook(partial(self._input_grad_hook, state, k, hit[1]))
-                    state.expected += 1
-                    for i in hit[1]:
-                        state.parts[i] = state.parts.get(i, 0) + 1
-                elif id(nxt) not in seen and sequence_nr(nxt) > bound and nxt.next_functions:
-                    roots.append(nxt)
-        state.n_inputs = n_inputs
+        info = self._infos.get(forward.module)
+        if info is None:
+            info = self._infos[forward.module] = FunctionInfo(forward.module, False, False, False)
+        call = OpCall(info, (), {}, inputs)
+        call.outputs = outputs
+        state = _Entry(forward.module, forward.cls, forward.step, forward.call, "backward", span=(seq0, seq1))
+        autograd_hooks.attach(call, [(self, state)], edges or autograd_hooks.input_edges(inputs), seq0, seq1)
+        call.release()
 
-    def _output_grad_hook(self, state: _BackwardCall, index: int, grad: torch.Tensor) -> None:
-        if not self._active or state.entry.step != self.current_step:
+    def on_backward(self, call: OpCall, state: _Entry, grad_inputs: dict[int, Any],
+                    grad_outputs: dict[int, Any]) -> None:
+        """The gradients of one module call (host copies, or statistics in a statistics-only dump)."""
+        if not self._recording or state.step != self.current_step:
             return
-        try:
-            self._keep(state.entry, {f"grad_output.{index}": grad})
-            state.outputs_seen += 1
-            if not state.expected and state.outputs_seen >= state.outputs:
-                self._finish_backward(state)
-        except Exception as exc:  # noqa: BLE001
-            self._fail("backward hook", exc)
-
-    def _input_grad_hook(self, state: _BackwardCall, k: int, indices: list[int], grad_inputs: tuple[Any, ...],
-                         grad_outputs: tuple[Any, ...]) -> None:
-        if not self._active or state.entry.step != self.current_step:
-            return
-        try:
-            grad = grad_inputs[k] if k < len(grad_inputs) else None
-            if isinstance(grad, torch.Tensor):
-                grad = grad.detach()
-                for i in indices:  # one node's gradient may feed several inputs, and several nodes one input
-                    name = f"grad_input.{i}"
-                    left = state.parts.get(i, 1) - 1
-                    state.parts[i] = left
-                    old = state.sums.pop(name, None)
-                    if left > 0:  # more parts to come: their sum, where the gradients are
-                        state.sums[name] = grad.clone() if old is None else old + grad
-                    else:
-                        self._keep(state.entry, {name: grad if old is None else old + grad})
-            state.expected -= 1
-            if state.expected <= 0:
-                self._finish_backward(state)
-        except Exception as exc:  # noqa: BLE001
-            self._fail("backward hook", exc)
-
-    def _finish_backward(self, state: _BackwardCall) -> None:
-        if state.done:
-            return
-        state.done = True
-        entry = state.entry
-        if state.sums:  # an input whose gradient did not arrive in full
-            self._keep(entry, state.sums)
-            state.sums = {}
-        entry.tensors = dict(sorted(entry.tensors.items(), key=_tensor_order))
-        entry.stats = dict(sorted(entry.stats.items(), key=_tensor_order))
-        self._backward.append(entry)
+        grads = {**{f"grad_input.{i}": g for i, g in grad_inputs.items()},
+                 **{f"grad_output.{i}": g for i, g in grad_outputs.items()}}
+        for name, g in sorted(grads.items(), key=_tensor_order):
+            if isinstance(g, torch.Tensor):
+                state.tensors[name] = g
+            else:  # the statistics op_tools reduced (filled at the step's end)
+                g["numel"] = math.prod(g["shape"])
+                state.stats[name] = g
+        state.backward_pass = autograd_hooks.backward_pass()
+        self._backward.append(state)
 
     def _grad_hook(self, param: torch.Tensor) -> None:
-        if not self._active or param.grad is None:
+        if not self._recording or param.grad is None:
             return
         try:
             if self.stats_only:
@@ -443,15 +449,15 @@ class ModuleDump:
             self._fail("gradient hook", exc)
 
     # -- writing ---------------------------------------------------------------------------------------------
-    def _attach_param_grads(self) -> None:
+    def _attach_param_grads(self, step: int) -> None:
         last: dict[str, _Entry] = {}
         for entry in self._backward:
             last[entry.module] = entry
         for key, grad in self._param_grads.items():
             for path, name in self._owners.get(key, []):
                 entry = last.get(path)
-                if entry is None:  # no full backward hook fired (e.g. a dict output): an entry for the gradients
-                    entry = _Entry(path, self._modules.get(path, "?"), self.current_step, 0, "backward")
+                if entry is None:  # no node of the call reported (e.g. a dict output): an entry for the gradients
+                    entry = _Entry(path, self._modules.get(path, "?"), step, 0, "backward")
                     self._backward.append(entry)
                     last[path] = entry
                 if isinstance(grad, torch.Tensor):
@@ -461,7 +467,7 @@ class ModuleDump:
         self._param_grads.clear()
 
     def _write_entry(self, entry: _Entry) -> None:
-        if entry.tensors:  # a statistics-only entry has its statistics already (taken by _keep)
+        if entry.tensors:  # host copies (backward, fixed input): their statistics
             entry.stats.update(_stats({k: v for k, v in entry.tensors.items() if v is not None}, defer=True))
         if not self.stats_only and self.rank_dir is not None:
             folder = entry.module or "_root"
@@ -469,46 +475,39 @@ class ModuleDump:
             entry.dir = f"{folder}/step{entry.step}-call{entry.call}/{kind}"
             target = self.rank_dir / entry.dir
             target.mkdir(parents=True, exist_ok=True)
-            write_tensors(target / "tensors.safetensors",
-                          {k: v for k, v in entry.tensors.items() if v is not None})
-        entry.tensors = {}
+            if entry.case is not None:
+                entry.case.write(target, entry, self._device)
+            else:
+                cf.write_tensors(target / cf.TENSORS_FILE, {k: v for k, v in entry.tensors.items() if v is not None})
+        entry.tensors, entry.case = {}, None
         entry.written = True
 
-    def _keep(self, entry: _Entry, tensors: dict[str, torch.Tensor]) -> None:
-        """Record ``tensors`` of ``entry`` as they are now: host copies in a full dump; with ``stats_only``
-        their statistics, reduced now where they are and read at the step's end (no copy)."""
-        if self.stats_only:  # a tensor met again unchanged in this step (same object, same version) is reduced once
-            fresh = {}
-            for name, t in tensors.items():
-                seen = self._seen.get(id(t))
-                if seen is None or seen[0]() is not t or seen[1] != t._version:
-                    fresh[name] = t
-            stats = _stats(fresh, defer=True)
-            for name, t in fresh.items():
-                self._seen[id(t)] = (weakref.ref(t), t._version, stats[name])
-            entry.stats.update({name: stats[name] if name in stats else self._seen[id(t)][2]
-                                for name, t in tensors.items()})
-        else:
-            entry.tensors.update({k: _host_copy(t) for k, t in tensors.items()})
+    def _keep_stats(self, entry: _Entry, tensors: dict[str, torch.Tensor]) -> None:
+        """The statistics of ``tensors`` as they are now, reduced where they are and read at the step's end (no
+        copy); a tensor met again unchanged in this step (same object, same version) is reduced once."""
+        fresh = {}
+        for name, t in tensors.items():
+            seen = self._seen.get(id(t))
+            if seen is None or seen[0]() is not t or seen[1] != t._version:
+                fresh[name] = t
+        stats = _stats(fresh, defer=True)
+        for name, t in fresh.items():
+            self._seen[id(t)] = (weakref.ref(t), t._version, stats[name])
+        entry.stats.update({name: stats[name] if name in stats else self._seen[id(t)][2]
+                            for name, t in tensors.items()})
 
-    def _finish_step(self) -> None:
-        for state in self._watching:  # calls whose backward did not complete (an unused output, say)
-            if not state.done and (state.entry.tensors or state.entry.stats or state.sums):
-                self._finish_backward(state)
-        self._watching = []
+    def _finish_step(self, step: int) -> None:
         try:
-            self._attach_param_grads()
-            for entry in self._forward:
-                if not entry.written:
-                    self._write_entry(entry)
-            for entry in self._backward:
+            self._attach_param_grads(step)
+            self._backward.sort(key=_backward_order)
+            for entry in (*self._forward, *self._backward):
                 if not entry.written:
                     self._write_entry(entry)
             _resolve()
         except Exception as exc:  # noqa: BLE001
             self._fail("writing", exc)
-        if (self._forward or self._backward) and self.current_step not in self._recorded_steps:
-            self._recorded_steps.append(self.current_step)
+        if (self._forward or self._backward) and step not in self._recorded_steps:
+            self._recorded_steps.append(step)
         self._pending.extend(self._forward)
         self._pending.extend(self._backward)
         self._pending.extend(self._fixed)

@@ -3,8 +3,9 @@ without editing the script.
 
 The model is the first module with parameters whose forward is called at the outermost level (not from
 inside another module's forward). Its dump starts just before that call; a step ends at each
-``optimizer.step()``; the dump stops when the script ends, or after ``--stop-after N`` steps (the script is
-then ended at the N-th ``optimizer.step()``, the dump written, and the exit status is 0).
+``optimizer.step()`` (steps count from 1, as every op tool counts them); the dump stops when the script ends, or
+after ``--stop-after N`` steps (the script is then ended at the N-th ``optimizer.step()``, the dump written, and the
+exit status is 0).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the command's arguments to ``p`` (every ``ditorch`` subcommand plugs in this way)."""
     p.add_argument("--out", default=None, help=f"dump folder (default: ${DUMP_DIR_ENV}, else module_dump)")
     p.add_argument("--stats-only", action="store_true", default=None, help="statistics only, no tensor files")
-    p.add_argument("--steps", default=None, help=f"steps to dump: 0-2, 3, 5- (default: ${DUMP_STEPS_ENV}, else all)")
+    p.add_argument("--steps", default=None,
+                   help=f"steps to dump, counted from 1: 1-3, 3, 5-, 1,4-5 (default: ${DUMP_STEPS_ENV}, else all)")
     p.add_argument("--fixed-input", default=None, metavar="REF_DUMP",
                    help=f"replay each call on this full reference dump's inputs (default: ${DUMP_FIXED_INPUT_ENV})")
     p.add_argument("--stop-after", type=int_at_least(1), default=None, metavar="N",
@@ -111,16 +113,17 @@ def run_dumped(script: str, script_args: Sequence[str], out: str, stats_only: bo
     handles: list[Any] = []
 
     def make_dump(model: torch.nn.Module) -> ModuleDump:
-        dump = ModuleDump(model, out, stats_only=stats_only, steps=steps, step_on_optimizer=True,
-                          fixed_input=fixed_input).start()
+        dump = ModuleDump(model, out, stats_only=stats_only, steps=steps, fixed_input=fixed_input).start()
         if stop_after is not None:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
+            first = dump.current_step
+
             def stop(*_: Any) -> None:
-                if dump.current_step >= stop_after:
+                if dump.current_step - first >= stop_after:
                     raise _StepsDone
 
-            handles.append(register_optimizer_step_post_hook(stop))  # after the dump's own step hook
+            handles.append(register_optimizer_step_post_hook(stop))  # after op_tools' step count (installed first)
         return dump
 
     finder = _ModelFinder(make_dump)

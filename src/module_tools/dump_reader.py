@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from diopi import case_format as cf
+
 __all__ = ["FORMAT", "Dump", "DumpError", "load_dump"]
 
 #: The format name a module dump's ``index.json`` carries (written by :mod:`module_tools.dump`, checked here).
@@ -67,9 +69,17 @@ class Dump:
         if entry.get("dir") is None:
             raise DumpError(f"{self.path / 'index.json'}: entry {entry.get('module')!r} step {entry.get('step')} "
                             f"call {entry.get('call')} has no tensor files (statistics-only dump)")
-        file = self.path / entry["dir"] / "tensors.safetensors"
+        folder = self.path / entry["dir"]
+        file = folder / cf.TENSORS_FILE
         if not file.is_file():
             raise DumpError(f"{file}: tensor file missing")
+        if (folder / cf.CASE_FILE).is_file():  # a forward call: a case, its tensors by the dump's names
+            try:
+                case = cf.load_case(folder)
+                metas, names = case.record["tensors"], case.record["module"]["names"]
+                return {name: cf.rebuild_tensor(metas[key], case.data[key], "cpu") for name, key in names.items()}
+            except (cf.CaseFormatError, KeyError, TypeError) as exc:
+                raise DumpError(f"{folder / cf.CASE_FILE}: not a readable module call case ({exc})") from None
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 

@@ -33,7 +33,7 @@ import torch
 from .dump_reader import Dump, DumpError, load_dump
 from .walk import MAX_DEPTH, flatten_tensors, sequence_nr
 
-__all__ = ["FixedInputReplay", "replace_tensors", "snapshot_opaque"]
+__all__ = ["FixedInputReplay", "replace_tensors", "rng_state", "snapshot_opaque"]
 
 
 _PLAIN = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.nn.Module, type)
@@ -116,7 +116,7 @@ def replace_tensors(value: Any, new: list[Any], depth: int = 0, objects: dict[in
     return value
 
 
-def _rng_state(device: torch.device) -> list[tuple[Any, torch.Tensor]]:
+def rng_state(device: torch.device) -> list[tuple[Any, torch.Tensor]]:
     """The CPU generator's state and, for an accelerator, its generator's state."""
     states: list[tuple[Any, torch.Tensor]] = [(None, torch.get_rng_state())]
     if device.type != "cpu":
@@ -222,7 +222,7 @@ class FixedInputReplay:
         """A live call starts: keep the random state it starts from and copies of its stateful arguments."""
         ref_path = self.to_ref.get(path)
         if ref_path is not None and (ref_path, step, call) in self._forward:
-            self._rng[(path, step, call)] = _rng_state(self._device)
+            self._rng[(path, step, call)] = rng_state(self._device)
             objects: dict[int, Any] = {}
             snapshot_opaque((args, kwargs), objects)
             self._objects[(path, step, call)] = objects
@@ -284,7 +284,7 @@ class FixedInputReplay:
         for name, b in module.named_buffers(remove_duplicate=False):
             values[name] = by_buffer.setdefault(id(b), b.detach().clone())
 
-        after_live = _rng_state(self._device)
+        after_live = rng_state(self._device)
         self.busy = True
         try:
             _set_rng_state(rng)

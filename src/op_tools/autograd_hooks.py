@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -41,7 +42,7 @@ from op_tools.protocol import Phase, internal, report_failure
 if TYPE_CHECKING:
     from op_tools.protocol import OpCall
 
-__all__ = ["BackwardPlan", "GradMeta", "attach", "created_nodes", "input_edges"]
+__all__ = ["BackwardPlan", "GradMeta", "attach", "backward_pass", "created_nodes", "input_edges"]
 
 
 class GradMeta(NamedTuple):
@@ -182,9 +183,19 @@ def _flush_partial(rec: _Record) -> None:
             rec.grad_in[j] = kept
 
 
+_passes = itertools.count(1)
+
+
+def backward_pass() -> int:
+    """The number of the backward pass whose gradients the tools are being given (from 1; ``on_backward`` of the
+    calls of one pass sees one number)."""
+    return getattr(_local, "pass_number", 0)
+
+
 def _finish_backward() -> None:
     pending = _pending()
     _local.queued = False
+    _local.pass_number = next(_passes)
     records, pending[:] = list(pending), []
     with internal():
         for rec in records:

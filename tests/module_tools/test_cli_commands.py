@@ -29,16 +29,16 @@ def test_dump_modules_then_compare_runs(tmp_path, capsys):
     for name, scale in (("ref", "1.0"), ("same", "1.0"), ("other", "1.5")):
         assert cli.main(["dump-modules", "--out", str(tmp_path / name), "--", str(script), scale]) == 0
     index = json.loads((tmp_path / "ref" / "rank0" / "index.json").read_text())
-    assert index["steps"] == [0, 1] and {e["module"] for e in index["forward"]} == {"", "0", "1", "2"}
+    assert index["steps"] == [1, 2] and {e["module"] for e in index["forward"]} == {"", "0", "1", "2"}
     capsys.readouterr()
     assert cli.main(["compare-runs", str(tmp_path / "ref"), str(tmp_path / "same")]) == 0
     assert "no divergence in 2 steps" in capsys.readouterr().out
     report = tmp_path / "report.json"
     assert cli.main(["compare-runs", str(tmp_path / "ref"), str(tmp_path / "other"), "--json", str(report)]) == 1
     divergence = json.loads(report.read_text())["first_divergence"]
-    # the scale is applied after the model: the gradients part in step 0, the parameters (so the forward) in step 1
-    assert (divergence["backward"]["step"], divergence["backward"]["tensor"]) == (0, "grad_output.0")
-    assert (divergence["forward"]["step"], divergence["forward"]["tensor"]) == (1, "param.weight")
+    # the scale is applied after the model: the gradients part in step 1, the parameters (so the forward) in step 2
+    assert (divergence["backward"]["step"], divergence["backward"]["tensor"]) == (1, "grad_output.0")
+    assert (divergence["forward"]["step"], divergence["forward"]["tensor"]) == (2, "param.weight")
     assert cli.main(["compare-runs", str(tmp_path / "ref"), str(tmp_path / "missing")]) == 2
 
 
@@ -51,7 +51,7 @@ def test_dump_modules_fixed_input_and_stop_after(tmp_path, capsys):
     assert cli.main(["dump-modules", "--out", str(tmp_path / "other"), "--fixed-input", str(tmp_path / "ref"),
                      "--stop-after", "1", "--", str(script), "1.5"]) == 0
     index = json.loads((tmp_path / "other" / "rank0" / "index.json").read_text())
-    assert index["steps"] == [0] and index["fixed_input"]["failed"] == []
+    assert index["steps"] == [1] and index["fixed_input"]["failed"] == []
     capsys.readouterr()
     assert cli.main(["compare-runs", str(tmp_path / "ref"), str(tmp_path / "other")]) == 1
     out = capsys.readouterr().out

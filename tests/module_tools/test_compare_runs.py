@@ -139,13 +139,13 @@ def test_forward_fault_in_one_layer(tmp_path: Path, capsys: pytest.CaptureFixtur
     fwd = result.first_divergence["forward"]
     assert fwd is not None
     assert (fwd["module"], fwd["class"], fwd["step"], fwd["call"], fwd["tensor"], fwd["verdict"]) == \
-        ("layers.2.0", "Linear", 0, 0, "output.0", "FAIL")
+        ("layers.2.0", "Linear", 1, 0, "output.0", "FAIL")
     assert fwd["max_abs_diff"] == pytest.approx(0.5, rel=1e-4) and fwd["cosine"] < 1
     # earlier layers are clean
     assert all(e.verdict.value == "PASS" for e in result.forward if e.module.startswith(("layers.0", "layers.1")))
     rc = compare_main([str(ref), str(test), "--json", str(tmp_path / "c.json")])
     assert rc == 1
-    assert "first divergence (forward): step 0, module 'layers.2.0' (Linear) call 0, tensor output.0" in \
+    assert "first divergence (forward): step 1, module 'layers.2.0' (Linear) call 0, tensor output.0" in \
         capsys.readouterr().out
     assert json.loads((tmp_path / "c.json").read_text())["first_divergence"]["forward"]["module"] == "layers.2.0"
 
@@ -287,7 +287,7 @@ def test_fixed_input_forward_fault_isolates_the_layer(tmp_path: Path) -> None:
     test = dump_run(model, X, tmp_path / "test", device="dipu", steps=2, fixed_input=ref)
     result = compare_runs(ref, test)
     # the ordinary comparison: layer 3 inherits the error
-    assert {e.module for e in result.forward if e.verdict.value == "FAIL" and e.step == 0} >= {"layers.3.0",
+    assert {e.module for e in result.forward if e.verdict.value == "FAIL" and e.step == 1} >= {"layers.3.0",
                                                                                                 "layers.3.1"}
     fixed = _fixed_verdicts(result, "forward")
     assert fixed["layers.3.0"] == fixed["layers.3.1"] == fixed["layers.1.0"] == "PASS"  # clean on their own
@@ -295,11 +295,11 @@ def test_fixed_input_forward_fault_isolates_the_layer(tmp_path: Path) -> None:
     own = [(e.module, e.step, e.direction) for e in result.own_errors]
     # forward: the faulty Linear alone; backward: its block, whose forward replay is wrong (the Tanh's gradient
     # at a wrong pre-activation), flagged as such
-    assert own == [("layers.2.0", 0, "fixed_forward"), ("layers.2.0", 1, "fixed_forward"),
-                   ("layers.2", 0, "fixed_backward"), ("layers.2", 1, "fixed_backward")]
+    assert own == [("layers.2.0", 1, "fixed_forward"), ("layers.2.0", 2, "fixed_forward"),
+                   ("layers.2", 1, "fixed_backward"), ("layers.2", 2, "fixed_backward")]
     assert [e["after_forward_error"] for e in result.to_json()["fixed_input"]["own_errors"]] == [False, False,
                                                                                                  True, True]
-    assert "errors of their own in 'layers.2.0' (Linear) step 0 call 0 forward output.0" in result.summary()
+    assert "errors of their own in 'layers.2.0' (Linear) step 1 call 0 forward output.0" in result.summary()
     data = result.to_json()["fixed_input"]
     assert data["own_errors"][0]["module"] == "layers.2.0" and data["own_errors"][0]["tensor"] == "output.0"
     assert data["own_errors"][0]["max_abs_diff"] == pytest.approx(0.5, rel=1e-4)
@@ -388,8 +388,8 @@ def test_fixed_input_replay_failure_is_reported(tmp_path: Path) -> None:
     ref = dump_run(model, x, tmp_path / "ref")
     model.runs = 0
     result = compare_runs(ref, dump_run(model, x, tmp_path / "test", fixed_input=ref))
-    assert result.fixed_input_failures == [{"module": "", "step": 0, "call": 0, "error": "RuntimeError: second run"}]
-    assert "1 calls could not be replayed (first: module '' step 0 call 0: RuntimeError: second run)" in \
+    assert result.fixed_input_failures == [{"module": "", "step": 1, "call": 0, "error": "RuntimeError: second run"}]
+    assert "1 calls could not be replayed (first: module '' step 1 call 0: RuntimeError: second run)" in \
         result.summary()
     assert {e.module for e in result.fixed_input} == {"inner"}
 

@@ -15,7 +15,8 @@ import torch
 
 import torch_dipu  # noqa: F401  (registers the dipu device)
 from module_tools import DumpError, ModuleDump, dump_from_env, load_dump
-from module_tools.config import dump_config, parse_steps
+from module_tools.config import dump_config
+from op_tools.steps import StepRange
 
 DEVICES = ["cpu", "dipu"]
 
@@ -72,7 +73,7 @@ def _model(device: str) -> Shared:
     return Shared().to(device)
 
 
-def _order(entries: list[dict], step: int = 0) -> list[tuple[str, int]]:
+def _order(entries: list[dict], step: int = 1) -> list[tuple[str, int]]:
     return [(e["module"], e["call"]) for e in entries if e["step"] == step]
 
 
@@ -85,28 +86,28 @@ def test_order_calls_values_and_training_unchanged(tmp_path: Path, device: str) 
         got = _train(model, device, dump=dump)
         grads = {}
         x = torch.randn(5, 6).to(device)
-        model(x).square().mean().backward()  # step 2: read the gradients after backward
+        model(x).square().mean().backward()  # step 3: read the gradients after backward
         grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()}
     assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))  # bitwise the same training
     for p, q in zip(plain.parameters(), model.parameters(), strict=True):
         assert torch.equal(p.detach().cpu(), q.detach().cpu())
     d = load_dump(tmp_path)
-    assert d.index["steps"] == [0, 1, 2] and d.modules["mid"] == "Linear" and d.index["root"] == "Shared"
+    assert d.index["steps"] == [1, 2, 3] and d.modules["mid"] == "Linear" and d.index["root"] == "Shared"
     assert _order(d.forward) == [("", 0), ("inp", 0), ("mid", 0), ("mid2", 0), ("mid", 1), ("out", 0)]
-    assert _order(d.backward) == [("", 0), ("out", 0), ("mid", 1), ("mid2", 0), ("mid", 0), ("inp", 0)]
+    assert _order(d.backward) == [("out", 0), ("mid", 1), ("mid2", 0), ("mid", 0), ("inp", 0), ("", 0)]
     # full values and statistics agree; the second call of mid sees mid2's output
-    fwd = {(e["module"], e["call"]): e for e in d.forward if e["step"] == 0}
+    fwd = {(e["module"], e["call"]): e for e in d.forward if e["step"] == 1}
     mid1 = d.tensors(fwd[("mid", 1)])
     assert torch.equal(mid1["input.0"], torch.relu(d.tensors(fwd[("mid2", 0)])["output.0"]))
     for name, t in mid1.items():
         s = fwd[("mid", 1)]["tensors"][name]
         assert s["shape"] == list(t.shape) and s["dtype"] == "float32" and s["nan"] == 0
         assert s["max"] == pytest.approx(float(t.max())) and s["norm"] == pytest.approx(float(t.norm()), rel=1e-6)
-    assert fwd[("mid", 1)]["dir"] == "mid/step0-call1/forward"
+    assert fwd[("mid", 1)]["dir"] == "mid/step1-call1/forward"
     # grad_param equals p.grad (mid's gradient sums both calls and sits on its last finished backward entry)
     last = {}
     for e in d.backward:
-        if e["step"] == 2:
+        if e["step"] == 3:
             last[e["module"]] = e
     assert last["mid"]["call"] == 0
     for name, grad in grads.items():
@@ -114,7 +115,7 @@ def test_order_calls_values_and_training_unchanged(tmp_path: Path, device: str) 
         assert torch.equal(d.tensors(last[module])[f"grad_param.{pname}"], grad)
     # grad_input is the part of the input's gradient that flows through this call: grad_output @ weight
     weight = {n: p.detach().cpu() for n, p in model.named_parameters()}
-    by_call = {(e["module"], e["call"]): d.tensors(e) for e in d.backward if e["step"] == 2}
+    by_call = {(e["module"], e["call"]): d.tensors(e) for e in d.backward if e["step"] == 3}
     for module, call in (("out", 0), ("mid", 1), ("mid", 0)):
         t = by_call[(module, call)]
         assert torch.equal(t["grad_input.0"], t["grad_output.0"] @ weight[f"{module}.weight"])
@@ -152,14 +153,14 @@ def test_tied_parameter_under_both_owners_and_dict_output(tmp_path: Path, device
 
 def test_stats_only_and_steps(tmp_path: Path) -> None:
     model = _model("cpu")
-    with ModuleDump(model, tmp_path, stats_only=True, steps=range(1, 2)) as dump:
+    with ModuleDump(model, tmp_path, stats_only=True, steps=range(2, 3)) as dump:
         _train(model, "cpu", steps=3, dump=dump)
     d = load_dump(tmp_path / "rank0")
-    assert d.stats_only and d.index["steps"] == [1]
-    assert {e["step"] for e in d.forward + d.backward} == {1}
+    assert d.stats_only and d.index["steps"] == [2]
+    assert {e["step"] for e in d.forward + d.backward} == {2}
     assert all(e["dir"] is None for e in d.forward + d.backward)
     assert not list(tmp_path.rglob("*.safetensors"))
-    assert d.backward[1]["tensors"]["grad_param.weight"]["norm"] > 0
+    assert d.backward[0]["tensors"]["grad_param.weight"]["norm"] > 0
     with pytest.raises(DumpError, match="statistics-only"):
         d.tensors(d.forward[0])
 
@@ -224,8 +225,8 @@ def test_stats_only_matches_float64_statistics_of_the_full_dump(tmp_path: Path, 
                 checked += 1
     assert checked > 100
     # TwoPaths' grad_input.0 is the sum of both parts: the gradient of its input, replayed on the host
-    fwd = full.tensors(next(e for e in full.forward if e["module"] == "2.lin" and e["step"] == 1))
-    bwd = full.tensors(next(e for e in full.backward if e["module"] == "2" and e["step"] == 1))
+    fwd = full.tensors(next(e for e in full.forward if e["module"] == "2.lin" and e["step"] == 2))
+    bwd = full.tensors(next(e for e in full.backward if e["module"] == "2" and e["step"] == 2))
     lin = torch.nn.Linear(6, 6)
     with torch.no_grad():
         lin.weight.copy_(fwd["param.weight"])
@@ -323,21 +324,21 @@ def test_llama(tmp_path: Path, device: str) -> None:
     assert ("model.layers.1.mlp.down_proj", 0) in fwd and ("lm_head", 0) in fwd
     bwd = [m for m, _ in _order(d.backward)]
     assert bwd.index("lm_head") < bwd.index("model.layers.1.mlp") < bwd.index("model.layers.0.mlp")
-    emb = next(e for e in d.backward if e["module"] == "model.embed_tokens" and e["step"] == 1)
+    emb = next(e for e in d.backward if e["module"] == "model.embed_tokens" and e["step"] == 2)
     assert "grad_param.weight" in emb["tensors"]
     assert d.index["device"].startswith(device) and d.modules["model.layers.0"] == "LlamaDecoderLayer"
 
 
-def test_parse_steps_and_config() -> None:
-    assert 0 in parse_steps(None) and 99 in parse_steps(None)
-    s = parse_steps("0-2,5-")
-    assert [i for i in range(8) if i in s] == [0, 1, 2, 5, 6, 7]
-    assert [i for i in range(5) if i in parse_steps([1, 3])] == [1, 3]
-    for bad in ("x", "3-1", "1 2"):
+def test_steps_and_config() -> None:
+    assert 1 in StepRange(None) and 99 in StepRange(None)
+    s = StepRange("1-3,6-")
+    assert [i for i in range(9) if i in s] == [1, 2, 3, 6, 7, 8] and not s.done_after(9)
+    assert [i for i in range(5) if i in StepRange([1, 3])] == [1, 3] and StepRange([1, 3]).done_after(3)
+    for bad in ("x", "3-1", "1 2", "0"):
         with pytest.raises(ValueError, match="MODULE_DUMP_STEPS"):
-            parse_steps(bad, "MODULE_DUMP_STEPS")
-    cfg = dump_config({"MODULE_DUMP_DIR": "/x", "MODULE_DUMP_STATS_ONLY": "1", "MODULE_DUMP_STEPS": "1"})
-    assert cfg.out_dir == "/x" and cfg.stats_only and 1 in cfg.steps and 0 not in cfg.steps
+            StepRange(bad, "MODULE_DUMP_STEPS")
+    cfg = dump_config({"MODULE_DUMP_DIR": "/x", "MODULE_DUMP_STATS_ONLY": "1", "MODULE_DUMP_STEPS": "2"})
+    assert cfg.out_dir == "/x" and cfg.stats_only and 2 in cfg.steps and 1 not in cfg.steps
     assert dump_config({}).out_dir is None
     with pytest.raises(ValueError, match="MODULE_DUMP_STATS_ONLY"):
         dump_config({"MODULE_DUMP_STATS_ONLY": "maybe"})
@@ -368,7 +369,7 @@ def test_env_form_in_a_script(tmp_path: Path) -> None:
     d = load_dump(tmp_path)
     assert d.stats_only and d.index["steps"] == [1, 2] and d.index["device"] == "dipu:0"
     assert _order(d.forward, 1) == [("", 0), ("0", 0), ("1", 0), ("2", 0)]
-    assert [m for m, _ in _order(d.backward, 2)][-1] == "0"
+    assert [m for m, _ in _order(d.backward, 2)] == ["2", "1", "0", ""]  # inner calls first, the root last
 
 
 @dataclasses.dataclass
@@ -412,7 +413,7 @@ def test_odd_outputs_and_no_grad(tmp_path: Path, stats_only: bool) -> None:
     assert nothing["tensors"] == {}
     root = next(e for e in d.forward if e["module"] == "")
     assert list(root["tensors"]) == ["input.0", "output.0"]
-    assert [m for m, _ in _order(d.backward)] == ["", "wrap.a", "act", "lin"]
+    assert [m for m, _ in _order(d.backward)] == ["wrap.a", "act", "lin", ""]
     assert "grad_input.0" in next(e for e in d.backward if e["module"] == "act")["tensors"]
 
 
@@ -433,11 +434,11 @@ def test_dump_modules_command(tmp_path: Path) -> None:
     """))
     out = tmp_path / "dump"
     code = (f"from module_tools.dump_command import main; "
-            f"raise SystemExit(main(['--out', {str(out)!r}, '--steps', '1-', '--', {str(script)!r}, '2']))")
+            f"raise SystemExit(main(['--out', {str(out)!r}, '--steps', '2-', '--', {str(script)!r}, '2']))")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODULE_DUMP_")}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "dumped Sequential" in proc.stderr
     d = load_dump(out)
-    assert d.root == "Sequential" and d.steps == [1]
-    assert _order(d.forward, 1) == [("", 0), ("0", 0), ("1", 0), ("2", 0)]
+    assert d.root == "Sequential" and d.steps == [2]
+    assert _order(d.forward, 2) == [("", 0), ("0", 0), ("1", 0), ("2", 0)]

@@ -32,17 +32,17 @@ def clean(tmp_path_factory: pytest.TempPathFactory):
 def test_clean_dropout_run_has_no_divergence(clean) -> None:
     assert clean.status == 0, clean.lines
     assert clean.lines[0] == "no divergence in 2 steps"
-    assert clean.comparison.steps == [0, 1]
+    assert clean.comparison.steps == [1, 2]
     assert clean.html.is_file() and clean.json.is_file()
     assert f"HTML report: {clean.html}" in clean.lines
-    # both runs were ended at the 2nd optimizer.step(): the script (5 steps) printed step 0 only
+    # both runs were ended at the 2nd optimizer.step(): the script (5 steps) printed its first step only
     for run in ("ref", "test"):
         assert "step 1:" not in (clean.out / f"{run}.log").read_text()
 
 
 @pytest.mark.parametrize("fault, direction, step, module", [
-    ("silu:bias:0.5", "forward", 0, "model.layers.0.mlp.act_fn"),
-    ("silu_backward:grad:3", "backward", 0, "model.layers.1.mlp.act_fn"),  # backward order: the last layer first
+    ("silu:bias:0.5", "forward", 1, "model.layers.0.mlp.act_fn"),
+    ("silu_backward:grad:3", "backward", 1, "model.layers.1.mlp.act_fn"),  # backward order: the last layer first
 ])
 def test_a_fault_names_the_module_that_holds_the_op(clean, tmp_path: Path, fault: str, direction: str, step: int,
                                                     module: str) -> None:
@@ -52,7 +52,7 @@ def test_a_fault_names_the_module_that_holds_the_op(clean, tmp_path: Path, fault
     first = result.comparison.first_divergence
     assert (first[direction]["step"], first[direction]["module"]) == (step, module)
     if direction == "backward":
-        assert first["forward"] is None  # the gradients are wrong, the forward of step 0 is right
+        assert first["forward"] is None  # the gradients are wrong, the forward of step 1 is right
     else:  # fixed input: both layers' SiLU are wrong on their own (the fault hits every silu); the rest is clean,
         # the attention and the norms after the first SiLU included, and the dropout masks replay as they were
         comparison = result.comparison

@@ -19,7 +19,7 @@ from module_tools.parity import run_parity
 
 NANOGPT = Path(__file__).parent / "scripts" / "nanogpt"
 TRAIN = str(NANOGPT / "train.py")
-#: the first training call of the model in step 0: calls 0-3 are estimate_loss's (2 splits x eval_iters=2)
+#: the first training call of the model in step 1: calls 0-3 are estimate_loss's (2 splits x eval_iters=2)
 FIRST_TRAIN_CALL = 4
 
 
@@ -46,7 +46,7 @@ def _losses(log: str) -> list[float]:
 def test_clean_run_has_no_divergence_and_both_runs_trained(clean) -> None:
     assert clean.status == 0, clean.lines
     assert clean.lines[0] == "no divergence in 2 steps"
-    assert clean.comparison.steps == [0, 1]
+    assert clean.comparison.steps == [1, 2]
     assert not clean.comparison.alignment.unaligned_ref and not clean.comparison.alignment.unaligned_test
     logs = {run: (clean.out / f"{run}.log").read_text() for run in ("ref", "test")}
     for run, log in logs.items():
@@ -103,10 +103,10 @@ def test_a_fault_names_the_module_that_holds_the_op(clean, tmp_path: Path, fault
     first = result.comparison.first_divergence
     # forward: the first call of the module (an estimate_loss call); backward: the first training call's
     call = 0 if direction == "forward" else FIRST_TRAIN_CALL
-    assert (first[direction]["step"], first[direction]["module"], first[direction]["call"]) == (0, module, call)
-    assert f"first divergence ({direction}): step 0, module '{module}'" in result.lines[0]
+    assert (first[direction]["step"], first[direction]["module"], first[direction]["call"]) == (1, module, call)
+    assert f"first divergence ({direction}): step 1, module '{module}'" in result.lines[0]
     if direction == "backward":
-        assert first["forward"] is None  # the gradients are wrong, the forward of step 0 is right
+        assert first["forward"] is None  # the gradients are wrong, the forward of step 1 is right
     if fixed:  # each GELU is wrong on its own, every other module is clean on its own
         own = {e.module for e in result.comparison.own_errors if e.direction == "fixed_forward"}
         assert own == {"transformer.h.0.mlp.gelu", "transformer.h.1.mlp.gelu"}
@@ -127,7 +127,7 @@ def test_a_compiled_model_is_dumped_whole(tmp_path: Path) -> None:
         if compiled:
             model = torch.compile(model, backend="eager")
         x = torch.randint(0, 64, (2, 16))
-        with ModuleDump(model, out, step_on_optimizer=True):
+        with ModuleDump(model, out):
             for _ in range(2):
                 _, loss = model(x, x)
                 loss.backward()
