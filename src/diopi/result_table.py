@@ -23,7 +23,7 @@ from diopi.compare import Verdict
 from diopi.env import env_int
 
 __all__ = ["COLUMNS", "VERDICTS", "VERDICT_NAMES", "ResultTable", "default_run_id", "free_run_dir", "launch_run_id",
-           "process_rank", "process_world_size", "read_rows"]
+           "print_line", "process_rank", "process_world_size", "rank_prefix", "read_rows"]
 
 #: The columns of ``results.csv`` (``results.jsonl`` has the same keys, plus any extra fields a tool adds).
 #: ``rank`` (the process's rank, on every row) is last, so readers of the older files by position still work.
@@ -60,6 +60,26 @@ def process_world_size() -> int:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     return env_int("WORLD_SIZE", 1, minimum=1)
+
+
+def rank_prefix() -> str:
+    """``"[rank1] "`` in a process that is one rank of several (``WORLD_SIZE`` > 1, or an initialized
+    ``torch.distributed`` group of more than one process), else ``""``."""
+    try:
+        several = process_world_size() > 1
+    except RuntimeError:  # a group being torn down
+        several = False
+    return f"[rank{process_rank()}] " if several else ""
+
+
+def print_line(text: str) -> None:
+    """Console output of the tools (stderr, so a program's own output stays clean), each line prefixed with
+    the rank in a multi-process run (:func:`rank_prefix`)."""
+    prefix = rank_prefix()
+    if prefix:
+        text = "\n".join(prefix + line for line in text.split("\n"))
+    sys.stderr.write(text + "\n")  # one write: lines of several ranks sharing a pipe do not interleave
+    sys.stderr.flush()
 
 
 def default_run_id() -> str:

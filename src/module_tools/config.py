@@ -3,7 +3,7 @@
 - ``MODULE_DUMP_DIR``: dump the model given to :func:`module_tools.dump_from_env` into this folder.
 - ``MODULE_DUMP_STATS_ONLY=1``: statistics only, no tensor files.
 - ``MODULE_DUMP_STEPS``: the steps to record, in op_tools' syntax (``1-3``, ``3``, ``5-``, ``1,4-5``; steps count
-  from 1, :class:`op_tools.steps.StepRange`).
+  from 1, :class:`diopi.steps.StepRange`).
 - ``MODULE_DUMP_FIXED_INPUT``: a full reference dump; each call is also replayed on its inputs (fixed-input mode).
 
 A malformed value raises ``ValueError`` naming the variable and the value.
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from diopi.env import ConfigError, env_flag, folder_path
-from op_tools.steps import StepRange
+from diopi.steps import StepRange
 
 __all__ = ["DUMP_DIR_ENV", "DUMP_FIXED_INPUT_ENV", "DUMP_STATS_ONLY_ENV", "DUMP_STEPS_ENV", "DumpConfig",
            "dump_config"]

@@ -24,11 +24,11 @@ import torch
 from diopi import case_format as cf
 from diopi.case_format import atomic_open, library_versions
 from diopi.result_table import process_rank, process_world_size
+from diopi.steps import StepRange, current_step, next_step, on_step_end
 from op_tools import autograd_hooks, deferred_stats, host_stats_worker
 from op_tools.module_case import encode_module
 from op_tools.naming import FunctionInfo
 from op_tools.protocol import OpCall, Phase
-from op_tools.steps import StepRange, current_step, next_step, on_step_end
 from op_tools.tool import OpTool
 
 from .config import DUMP_STEPS_ENV
@@ -227,7 +227,7 @@ class ModuleDump(OpTool):
 
     ``stats_only=True`` keeps statistics only. ``steps`` (``"1-3"``, ``"1,4-5"``, a ``range``, step numbers;
     None = all, else ``MODULE_DUMP_STEPS``) chooses the steps to record, in op_tools' syntax and by op_tools' count
-    (:mod:`op_tools.steps`: each ``optimizer.step()`` ends a step), numbered from 1 at :meth:`start`; a loop without
+    (:mod:`diopi.steps`: each ``optimizer.step()`` ends a step), numbered from 1 at :meth:`start`; a loop without
     an optimizer calls :meth:`step` (or :func:`op_tools.next_step`).
 
     Use as a context manager, or with :meth:`start` / :meth:`stop`. ``index.json`` is rewritten at :meth:`stop`,

@@ -9,6 +9,7 @@ torch. ``OpTimeMeasure`` times every call, forward and backward. See docs/op_too
 docs/op_tools_accuracy.md and docs/op_tools_speed.md.
 """
 
+from diopi.steps import current_step, next_step
 from op_tools.autocompare import OpAutoCompare
 from op_tools.capture import OpCapture
 from op_tools.dtype_cast import OpDtypeCast
@@ -18,7 +19,6 @@ from op_tools.observe import OpObserve
 from op_tools.overflow import OpOverflowCheck
 from op_tools.profiler_ranges import OpProfilerRanges
 from op_tools.random_on_cpu import OpRandomOnCPU
-from op_tools.steps import current_step, next_step
 from op_tools.time_measure import OpTimeMeasure
 from op_tools.tool import OpTool
 

@@ -16,7 +16,7 @@ run again: on every rank of a multi-process run the tool checks that rank's own 
 
 A FAIL saves the case (device inputs and outputs, the CPU outputs as ``reference_outputs``) under ``cases/``
 of the run folder, ready for ``run_op_from_data --acc_check``; the console gets one line per (op name, step)
-with the number of FAIL rows and the worst one (:mod:`op_tools.console`).
+with the number of FAIL rows and the worst one (:mod:`diopi.step_lines`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_tensors
 from diopi.reference import judge_outputs
 from diopi.result_table import VERDICT_NAMES
+from diopi.step_lines import StepLines
 from op_tools import config
 from op_tools.capture import op_dir_name
 from op_tools.collectives import needs_other_ranks
-from op_tools.console import StepLines
 from op_tools.protocol import OpCall, Phase, collect_tensors, map_tensors, print_line
 from op_tools.results import process_rank
 from op_tools.results_tool import ResultsTool

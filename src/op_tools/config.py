@@ -137,7 +137,7 @@ def _steps(env: Mapping[str, str], name: str | None) -> str | None:
         return None
     raw = env.get(name) or None
     if raw is not None:
-        from op_tools.steps import StepRange
+        from diopi.steps import StepRange
 
         StepRange(raw, source=name)  # a malformed range fails here, naming the variable
     return raw

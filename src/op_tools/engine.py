@@ -32,7 +32,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from op_tools import autograd_hooks, collectives, steps
+from diopi import steps
+from op_tools import autograd_hooks, collectives
 from op_tools.naming import FunctionInfo, function_info
 from op_tools.protocol import OpCall, Phase, Ran, collect_tensors, internal, map_tensors, print_line, report_failure
 

@@ -15,7 +15,7 @@ gradients (and non-finite values of its forward) as the sources.
 
 Each flagged tensor is a ``FAIL`` row of ``<results>/op_overflow_check/<run>/rank<r>/results.jsonl``
 (and ``.csv``); the console gets one line per (op name, step) with the number of FAIL rows and the call with
-the most NaN and Inf (:mod:`op_tools.console`); :meth:`OpOverflowCheck.stop` names the first producer.
+the most NaN and Inf (:mod:`diopi.step_lines`); :meth:`OpOverflowCheck.stop` names the first producer.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from diopi.step_lines import StepLines
 from op_tools import config
-from op_tools.console import StepLines
 from op_tools.protocol import OpCall, Phase, collect_tensors
 from op_tools.results_tool import ResultsTool
 from op_tools.tensor_stats import device_stats, tensor_stats

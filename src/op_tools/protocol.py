@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import sys
 import warnings
 from collections.abc import Callable
 from types import FrameType
@@ -31,9 +30,10 @@ from typing import Any
 
 import torch
 
+from diopi.result_table import print_line, rank_prefix
+from diopi.steps import current_step
 from op_tools.callsite import call_site
 from op_tools.naming import QUIET_WRITERS, FunctionInfo, draws_random
-from op_tools.steps import current_step
 
 __all__ = ["OpCall", "Phase", "Ran", "collect_tensors", "internal", "map_tensors", "print_line", "rank_prefix",
            "report_failure"]
@@ -191,25 +191,3 @@ def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
         parts = [map_tensors(p, fn) for p in (value.start, value.stop, value.step)]
         return slice(*parts)
     return fn(value)
-
-
-def rank_prefix() -> str:
-    """``"[rank1] "`` in a process that is one rank of several (``WORLD_SIZE`` > 1, or an initialized
-    ``torch.distributed`` group of more than one process), else ``""``."""
-    from diopi.result_table import process_rank, process_world_size
-
-    try:
-        several = process_world_size() > 1
-    except RuntimeError:  # a group being torn down
-        several = False
-    return f"[rank{process_rank()}] " if several else ""
-
-
-def print_line(text: str) -> None:
-    """Console output of the tools (stderr, so a program's own output stays clean), each line prefixed with
-    the rank in a multi-process run (:func:`rank_prefix`)."""
-    prefix = rank_prefix()
-    if prefix:
-        text = "\n".join(prefix + line for line in text.split("\n"))
-    sys.stderr.write(text + "\n")  # one write: lines of several ranks sharing a pipe do not interleave
-    sys.stderr.flush()

@@ -8,11 +8,11 @@ from typing import Any
 import torch
 
 from diopi.env import ConfigError
+from diopi.steps import StepRange, current_step, install_optimizer_hook
 from op_tools import config
 from op_tools.engine import engine
 from op_tools.op_filter import OpFilter
 from op_tools.protocol import OpCall, Phase
-from op_tools.steps import StepRange, current_step, install_optimizer_hook
 
 __all__ = ["OpTool", "active_device_type"]
 

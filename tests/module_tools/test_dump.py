@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import torch_dipu  # noqa: F401  (registers the dipu device)
+from diopi.steps import StepRange
 from module_tools import DumpError, ModuleDump, dump_from_env, load_dump
 from module_tools.config import dump_config
-from op_tools.steps import StepRange
 
 DEVICES = ["cpu", "dipu"]
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from diopi import steps
 from diopi.env import FALSE_WORDS, TRUE_WORDS, compile_op_list, env_flag, op_list_matches, parse_flag
-from op_tools import OpAutoCompare, OpObserve, config, steps
+from op_tools import OpAutoCompare, OpObserve, config
 from op_tools.engine import engine
 from op_tools.op_filter import OpFilter
 

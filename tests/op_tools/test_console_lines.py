@@ -1,5 +1,5 @@
 """The checking tools print one console line per (op name, step) with the number of FAIL rows and the worst
-one, and keep every row in the results files (op_tools.console)."""
+one, and keep every row in the results files (diopi.step_lines)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def fail_rows_by_op_step(run_dir: Path) -> Counter[tuple[int, str]]:
 def test_autocompare_prints_one_line_per_op_and_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = torch.randn(8, 8, device="dipu")
     b = torch.randn(8, 8, device="dipu")
-    first = op_tools.steps.current_step()
+    first = op_tools.current_step()
     with switches(faults="mm:bias:0.5"), OpAutoCompare(results_dir=tmp_path, report=False) as tool:
         for step in range(STEPS):
             for _ in range(CALLS):
@@ -82,7 +82,7 @@ def test_autocompare_w1_steps_print_one_line_per_op_and_step(tmp_path: Path,
 def test_overflow_prints_one_line_per_op_and_step_with_the_worst_call(tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     x = torch.rand(4, 5, device="dipu") + 0.5
-    first = op_tools.steps.current_step()
+    first = op_tools.current_step()
     with OpOverflowCheck(results_dir=tmp_path, device="dipu") as tool:
         for _ in range(STEPS):
             for k in range(CALLS):
@@ -100,7 +100,7 @@ def test_overflow_prints_one_line_per_op_and_step_with_the_worst_call(tmp_path: 
 
 
 def test_step_lines_keep_the_worst_and_print_steps_in_order(capsys: pytest.CaptureFixture[str]) -> None:
-    from op_tools.console import StepLines
+    from diopi.step_lines import StepLines
 
     out = StepLines("T")
     out.poll(1)  # nothing pending: nothing printed

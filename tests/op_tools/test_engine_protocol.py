@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import torch_dipu  # noqa: F401  (registers the dipu device)
-from op_tools import OpFallback, OpTimeMeasure, autograd_hooks, steps
+from diopi import steps
+from op_tools import OpFallback, OpTimeMeasure, autograd_hooks
 from op_tools.engine import engine
 from op_tools.protocol import Phase, Ran
 from op_tools.tool import OpTool

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from op_tools import OpObserve, protocol, steps
+from diopi import steps
+from op_tools import OpObserve, protocol
 from op_tools.engine import engine
 
 _ENV = ("OP_OBSERVE_LIST", "OP_OBSERVE_DISABLE_LIST", "OP_OBSERVE_FILE", "OP_TOOLS_VERBOSE", "OP_TOOLS_DEVICE")

@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 import torch_dipu  # noqa: F401  (registers the dipu device)
+from diopi.steps import StepRange
 from op_tools.engine import engine
 from op_tools.naming import function_info, resolve_function
 from op_tools.op_filter import OpFilter
-from op_tools.steps import StepRange
 from op_tools.tool import OpTool
 
 

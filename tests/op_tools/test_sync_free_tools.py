@@ -17,7 +17,8 @@ from torch import nn
 import op_tools
 import torch_dipu  # noqa: F401
 from diopi import case_format as cf
-from op_tools import autograd_hooks, capture, steps
+from diopi import steps
+from op_tools import autograd_hooks, capture
 from op_tools.engine import engine
 from op_tools.tensor_stats import device_stats
 from op_tools.time_measure import OpTimeMeasure

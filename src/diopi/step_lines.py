@@ -1,4 +1,5 @@
-"""Console lines of the checking tools (OpAutoCompare, OpOverflowCheck): one line per (op name, step).
+"""Console lines of the checking tools (OpAutoCompare, OpOverflowCheck, torch_dipu's device auto-compare): one
+line per (op name, step).
 
 A fault that persists makes the same finding at every call of an op (45 FAIL rows per W1 training step for
 one faulty ``mm``); the results files keep every row, the console gets one line per op and step::
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from op_tools.protocol import print_line
+from diopi.result_table import print_line
 
 __all__ = ["StepLines"]
 

@@ -1,4 +1,5 @@
-"""Training steps as every tool counts them (op tools and module dumps): one counter, one syntax.
+"""Training steps as every tool counts them (op tools, module dumps, torch_dipu's device auto-compare): one
+counter, one syntax. It lives in diopi, the lowest layer, so that every package can count with it.
 
 Steps are numbered from 1. The count advances after every ``optimizer.step()`` (a global optimizer hook,
 installed when the first tool is created) and on :func:`next_step`, for loops without an optimizer. Tools that
