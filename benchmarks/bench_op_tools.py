@@ -45,13 +45,13 @@ def _run(kind: str, steps: int, workdir: Path) -> tuple[float, list[float], int,
 
 def _reduction_ms_per_step(step: object, workdir: Path) -> float:
     """The time the statistics kernel itself needs for one W1 step's tensors: record host copies of every
-    tensor ``op_tools::tensor_stats`` reduces during one step, then time reducing those copies alone. On
+    tensor ``diopi::tensor_stats`` reduces during one step, then time reducing those copies alone. On
     droplet the device's reductions run on the host cores, so this part of stats mode is the "device"
     work a real accelerator would do on its own cores."""
     import op_tools
     from op_tools import deferred_stats, tensor_stats
 
-    reduce_one, defer = tensor_stats._host_row, deferred_stats.defer
+    reduce_one, defer = tensor_stats.tensor_stats_row, deferred_stats.defer
     copies = []
 
     def record(t: object) -> tuple[float, ...]:
@@ -62,13 +62,13 @@ def _reduction_ms_per_step(step: object, workdir: Path) -> float:
         copies.extend(t.detach().clone() for t in tensors if t.device.type != "cpu")
         defer(tensors, into)
 
-    tensor_stats._host_row, deferred_stats.defer = record, record_deferred
+    tensor_stats.tensor_stats_row, deferred_stats.defer = record, record_deferred
     try:
         with contextlib.redirect_stderr(LineCounter()), op_tools.OpCapture(results_dir=workdir / "floor",
                                                                             mode="stats"):
             step()
     finally:
-        tensor_stats._host_row, deferred_stats.defer = reduce_one, defer
+        tensor_stats.tensor_stats_row, deferred_stats.defer = reduce_one, defer
     on_host = [t for t in copies if t.device.type == "cpu"]
     on_device = [t for t in copies if t.device.type != "cpu"]
     times = []

@@ -479,8 +479,9 @@ def _column_stats(t: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
 def tensor_stats(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     """Statistics of floating tensors without reading them on the host: a 1-D tensor of ``dtype`` on their
     device with ``len(TENSOR_STATS_COLUMNS) * len(tensors)`` numbers, column after column (all minima, then all
-    maxima, ...). min and max of a tensor with no finite element are NaN. Tools call it to reduce many tensors
-    in one kernel and read the results later in one copy (op_tools' OpCapture statistics)."""
+    maxima, ...). min and max of a tensor with no finite element are NaN. The one statistics operator of the
+    tools (op_tools' ``stats_of``/``device_stats``, OpCapture statistics, module dumps): any device reduces
+    with the few device operators below, a vendor in one kernel, the CPU by :func:`tensor_stats_row`."""
     if not tensors:
         raise ValueError("diopi::tensor_stats needs at least one tensor")
     rows = [_column_stats(t.detach(), dtype) for t in tensors]
@@ -491,37 +492,44 @@ def _tensor_stats_fake(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch
     return tensors[0].new_empty(len(TENSOR_STATS_COLUMNS) * len(tensors), dtype=dtype)
 
 
-def _host_column_values(t: torch.Tensor) -> tuple[float, ...]:
-    """One tensor's :data:`TENSOR_STATS_COLUMNS` on the host: torch's vectorized sum, numpy's min, max and dot
-    product in the tensor's precision (float64 when the squares overflow it); masks only when the sum shows a
-    non-finite element."""
-    if t.numel() == 0:
+def tensor_stats_row(t: torch.Tensor) -> tuple[float, ...]:
+    """One host tensor's :data:`TENSOR_STATS_COLUMNS` as Python numbers (the CPU kernel): the sum by torch's
+    cascade summation and the sum of squares by a BLAS dot product, in the tensor's precision (float64 when
+    they overflow it), min and max in one pass (``torch.aminmax``); a tensor holding NaN or Inf takes a slower
+    path that counts them. Complex tensors count by magnitude, integers of 4 bytes or more in float64, other
+    non-float32/64 tensors in float32."""
+    n = t.numel()
+    if n == 0:
         return (math.nan, math.nan, 0.0, 0.0, 0, 0)
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
+    if t.is_complex():
+        t = t.abs()
     if t.dtype not in (torch.float32, torch.float64):
-        t = t.float()
-    total = float(t.sum())
-    a = t.contiguous().numpy().reshape(-1)
-    if math.isfinite(total):
-        with np.errstate(over="ignore"):
-            sumsq = float(np.dot(a, a))
-        if math.isinf(sumsq):
-            wide = a.astype(np.float64)
-            sumsq = float(np.dot(wide, wide))
-        return (float(a.min()), float(a.max()), total, math.sqrt(sumsq), 0, 0)
-    finite = np.isfinite(a)
-    kept = a[finite].astype(np.float64)
+        t = t.to(torch.float32 if t.is_floating_point() or t.dtype == torch.bool or t.element_size() < 4
+                 else torch.float64)
+    v = t if t.dim() == 1 else t.reshape(-1)
+    total = v.sum().item()  # vectorized, error growing with log(n)
+    if math.isfinite(total):  # no NaN or Inf: three passes, min and max in one
+        mn, mx = torch.aminmax(v)
+        sumsq = torch.dot(v, v).item()
+        if math.isinf(sumsq):  # the squares overflow the tensor's precision
+            sumsq = torch.dot(v.double(), v.double()).item()
+        return (mn.item(), mx.item(), total, math.sqrt(sumsq), 0, 0)
+    a = v.numpy()
+    kept = a[np.isfinite(a)]
     nan = int(np.count_nonzero(np.isnan(a)))
     if kept.size == 0:
-        return (math.nan, math.nan, 0.0, 0.0, int(a.size), nan)
-    return (float(kept.min()), float(kept.max()), float(kept.sum()), math.sqrt(float(np.dot(kept, kept))),
-            int(a.size - kept.size), nan)
+        return (math.nan, math.nan, 0.0, 0.0, n, nan)
+    wide = kept.astype(np.float64)  # finite values whose sum overflowed the tensor's precision, or the rest
+    return (float(kept.min()), float(kept.max()), float(wide.sum()), math.sqrt(float(np.dot(wide, wide))),
+            n - int(kept.size), nan)
 
 
 def _tensor_stats_cpu(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     if not tensors:
         raise ValueError("diopi::tensor_stats needs at least one tensor")
-    rows = [_host_column_values(t) for t in tensors]
+    rows = [tensor_stats_row(t) for t in tensors]
     return torch.tensor([row[c] for c in range(len(TENSOR_STATS_COLUMNS)) for row in rows], dtype=dtype)
 
 

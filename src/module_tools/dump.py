@@ -25,7 +25,8 @@ from diopi import case_format as cf
 from diopi.case_format import atomic_open, library_versions
 from diopi.result_table import process_rank, process_world_size
 from diopi.steps import StepRange, current_step, next_step, on_step_end
-from op_tools import autograd_hooks, deferred_stats, host_stats_worker
+from op_tools import autograd_hooks
+from op_tools.deferred_stats import resolve_all, statistics_later
 from op_tools.module_case import encode_module
 from op_tools.naming import FunctionInfo
 from op_tools.protocol import OpCall, Phase
@@ -53,48 +54,6 @@ def _finite(stats: dict[str, Any]) -> dict[str, Any]:
     if all(not isinstance(v, float) or math.isfinite(v) for v in (stats.get(k) for k in _SUMS)):
         return stats
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in stats.items()}
-
-
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def _describe(t: torch.Tensor) -> dict[str, Any]:
-    """dtype, shape and numel of ``t``: the statistics of a non-floating tensor, the start of the others'."""
-    name = _DTYPE_NAMES.get(t.dtype)
-    if name is None:
-        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
-    return {"dtype": name, "shape": list(t.shape), "numel": t.numel()}
-
-
-def _floating(t: torch.Tensor) -> bool:
-    return t.is_floating_point() or t.is_complex()
-
-
-def _stats(tensors: dict[str, torch.Tensor], defer: bool) -> dict[str, dict[str, Any]]:
-    """Statistics of ``tensors`` by op_tools' statistics path (:mod:`op_tools.deferred_stats`): min, max, mean,
-    std and norm over the finite elements, NaN and Inf counts, of every floating tensor, all reduced by one call
-    where they are, from their values now. With ``defer`` the numbers arrive at the next :func:`_resolve` (host
-    tensors are copied and reduced on op_tools' background thread, device tensors on the device)."""
-    stats = {name: _describe(t) for name, t in tensors.items()}
-    names = []
-    for name, t in tensors.items():
-        if not _floating(t):
-            continue
-        if t.device.type == "cpu":  # the CPU kernel of op_tools::tensor_stats, without the dispatch
-            host_stats_worker.submit(t, stats[name])
-        else:
-            names.append(name)
-    if names:
-        deferred_stats.defer([tensors[name] for name in names], [stats[name] for name in names])
-    if not defer:
-        _resolve()
-    return stats
-
-
-def _resolve() -> None:
-    """Fill every statistics dict :func:`_stats` left waiting."""
-    deferred_stats.resolve()
-    host_stats_worker.wait()
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:
@@ -442,7 +401,7 @@ class ModuleDump(OpTool):
             return
         try:
             if self.stats_only:
-                self._param_grads[id(param)] = _stats({"grad": param.grad}, defer=True)["grad"]
+                self._param_grads[id(param)] = statistics_later({"grad": param.grad})["grad"]
             else:
                 self._param_grads[id(param)] = _host_copy(param.grad)
         except Exception as exc:  # noqa: BLE001
@@ -468,7 +427,7 @@ class ModuleDump(OpTool):
 
     def _write_entry(self, entry: _Entry) -> None:
         if entry.tensors:  # host copies (backward, fixed input): their statistics
-            entry.stats.update(_stats({k: v for k, v in entry.tensors.items() if v is not None}, defer=True))
+            entry.stats.update(statistics_later({k: v for k, v in entry.tensors.items() if v is not None}))
         if not self.stats_only and self.rank_dir is not None:
             folder = entry.module or "_root"
             kind = f"fixed_{entry.direction}" if entry.fixed else entry.direction
@@ -490,7 +449,7 @@ class ModuleDump(OpTool):
             seen = self._seen.get(id(t))
             if seen is None or seen[0]() is not t or seen[1] != t._version:
                 fresh[name] = t
-        stats = _stats(fresh, defer=True)
+        stats = statistics_later(fresh)
         for name, t in fresh.items():
             self._seen[id(t)] = (weakref.ref(t), t._version, stats[name])
         entry.stats.update({name: stats[name] if name in stats else self._seen[id(t)][2]
@@ -503,7 +462,7 @@ class ModuleDump(OpTool):
             for entry in (*self._forward, *self._backward):
                 if not entry.written:
                     self._write_entry(entry)
-            _resolve()
+            resolve_all()
         except Exception as exc:  # noqa: BLE001
             self._fail("writing", exc)
         if (self._forward or self._backward) and step not in self._recorded_steps:

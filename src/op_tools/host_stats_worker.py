@@ -1,10 +1,11 @@
 """Statistics of host tensors reduced on a background thread while the caller's step goes on.
 
 :func:`submit` takes a copy of the tensor now (its values at the call, whatever happens to it later) and queues
-it; one daemon thread reduces the copies with the CPU kernel of :mod:`op_tools.tensor_stats`, so the figures are
-the very ones an inline reduction gives. :func:`wait` returns once every queued tensor is reduced and its dict
-filled (it raises the first error the thread met). At most :data:`MAX_WAITING_BYTES` of copies wait: past that,
-:func:`submit` reduces at once on the caller's thread, so memory stays bounded.
+it; one daemon thread reduces the copies with the CPU kernel of ``diopi::tensor_stats``
+(:func:`op_tools.tensor_stats.tensor_stats`), so the figures are the very ones an inline reduction gives.
+:func:`wait` returns once every queued tensor is reduced and its dict filled (it raises the first error the
+thread met). At most :data:`MAX_WAITING_BYTES` of copies wait: past that, :func:`submit` reduces at once on the
+caller's thread, so memory stays bounded.
 
 The thread pays off where the caller's own thread is the bottleneck (Python hooks around small operators on a
 CPU with a core to spare); torch's reductions release the GIL, so the two threads overlap.

@@ -1,7 +1,7 @@
 """OpOverflowCheck: find the operator calls that PRODUCE NaN or Inf, forward and backward.
 
 After each call its floating outputs are checked (a single output by its sum, several by one
-``device_stats`` reduction; the NaN and Inf counts come from ``device_stats``). Only when an output is
+``diopi::tensor_stats`` reduction; the NaN and Inf counts come from ``device_stats``). Only when an output is
 non-finite are the inputs looked at (non-finite Python numbers among the arguments count as
 inputs): a call is flagged when its non-finite values are not explained by its inputs.
 

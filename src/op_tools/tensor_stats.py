@@ -1,136 +1,129 @@
-"""Per-tensor statistics for ``OP_CAPTURE_MODE=stats``: min, max, mean, std, norm over the finite
-elements, and the NaN and Inf counts.
+"""Statistics of tensors (``OP_CAPTURE_MODE=stats``, OpOverflowCheck, gradient statistics, module dumps): min,
+max, mean, std, norm over the finite elements, and the NaN and Inf counts.
 
-All tensors of one call are reduced by one operator, ``torch.ops.op_tools.tensor_stats(tensors)``, which
-returns ``len(tensors) * 7`` floats, the sums of :data:`COLUMNS` tensor after tensor (a list of floats
-reaches the host with the op's result, without a tensor copy):
+Every tensor is reduced by the one statistics operator, the DIOPI function ``diopiTensorStats``
+(``torch.ops.diopi.tensor_stats``, :data:`COLUMNS` per tensor):
 
-- on the CPU it is one kernel: the sum by torch's cascade summation and the sum of squares by a BLAS dot
-  product, both in the tensor's precision (float64 when they overflow it), min and max in one pass by
-  ``torch.aminmax``; a tensor holding NaN or Inf takes a slower path that counts them;
-- elsewhere the generic kernel reduces each tensor with a few device ops;
-- a vendor can register a fused kernel for its dispatch key (``torch.library.impl("op_tools::tensor_stats",
-  ...)``);
-- a device that falls back to the CPU for operators it lacks (dipu does) runs it as one CPU call.
+- host tensors by its CPU kernel, called without the dispatch (:func:`diopi.custom_ops.tensor_stats_row`: torch's
+  cascade sum, a BLAS dot product and ``torch.aminmax`` in the tensor's precision, float64 when the sums
+  overflow it, a slower path that counts NaN and Inf);
+- the tensors of one device by one call of the operator (:func:`device_reduce`): one kernel on a vendor that
+  implements it, a few device operators elsewhere; the result stays on the device until read, at once by
+  :func:`device_stats` or in batches by :mod:`op_tools.deferred_stats`.
 
-:func:`stats_of` turns the sums into statistics. A constant tensor's std is exactly 0; otherwise std
-follows from the sum of squares and loses precision when the spread is far below the mean.
+:func:`stats_of` turns every row into statistics. A constant tensor's std is exactly 0; otherwise std follows
+from the sum of squares and loses precision when the spread is far below the mean. Device tensors get the host
+figures within the rounding of the accumulation dtype (float64 where the device has it).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
-__all__ = ["COLUMNS", "device_stats", "stats_of", "tensor_stats"]
+from diopi.custom_ops import TENSOR_STATS_COLUMNS, tensor_stats_row
+from op_tools.protocol import internal
 
-#: The columns of ``op_tools::tensor_stats``, all over the finite elements except the two counts.
-COLUMNS = ("min", "max", "sum", "sumsq", "finite", "nan", "inf")
+__all__ = ["COLUMNS", "device_reduce", "device_stats", "stats_of", "stats_of_columns", "tensor_stats"]
 
-_LIBRARY: torch.library.Library | None = None
+#: The columns of ``diopi::tensor_stats``: min, max, sum, norm over the finite elements, non-finite and NaN counts.
+COLUMNS = TENSOR_STATS_COLUMNS
+
+_has_float64: dict[str, bool] = {}
+_reducible: dict[tuple[str, torch.dtype, torch.dtype], bool] = {}
 
 
-def _host_row(t: torch.Tensor) -> tuple[float, ...]:
-    if t.requires_grad:
-        t = t.detach()
+def _can_reduce(device: torch.device, dtype: torch.dtype, acc: torch.dtype) -> bool:
+    """Whether the device reduces a tensor of ``dtype`` into ``acc`` (a vendor may lack the kernels of some dtypes:
+    ``isfinite`` or ``abs`` of float32 only); tried once per device type and dtypes, on a two-element tensor."""
+    key = (device.type, dtype, acc)
+    known = _reducible.get(key)
+    if known is None:
+        try:
+            torch.ops.diopi.tensor_stats([torch.zeros(2, dtype=dtype, device=device)], acc)
+            known = True
+        except Exception:
+            known = False
+        _reducible[key] = known
+    return known
+
+
+def _wide(device: torch.device) -> torch.dtype:
+    """float64 where the device has it and reduces in it, else float32."""
+    known = _has_float64.get(device.type)
+    if known is None:
+        try:
+            torch.zeros((), dtype=torch.float64, device=device)
+            known = _can_reduce(device, torch.float64, torch.float64)
+        except Exception:
+            known = False
+        _has_float64[device.type] = known
+    return torch.float64 if known else torch.float32
+
+
+def _as_float(t: torch.Tensor, wide: torch.dtype) -> torch.Tensor:
+    """A floating tensor with ``t``'s values (as the CPU kernel: complex as magnitudes, integers of 4 bytes
+    or more in ``wide``, other integers and booleans in float32), in ``wide`` when the device cannot reduce
+    its dtype."""
+    t = t.detach()
     if t.is_complex():
         t = t.abs()
-    if t.dtype not in (torch.float32, torch.float64):
-        t = t.to(torch.float32 if t.is_floating_point() or t.dtype == torch.bool or t.element_size() < 4
-                 else torch.float64)
-    n = t.numel()
-    if n == 0:
-        return (math.nan, math.nan, 0.0, 0.0, 0, 0, 0)
-    v = t if t.dim() == 1 else t.reshape(-1)
-    total = v.sum().item()  # torch's cascade summation: vectorized, error growing with log(n)
-    if math.isfinite(total):  # no NaN or Inf: three passes, min and max in one
-        mn, mx = torch.aminmax(v)
-        sumsq = torch.dot(v, v).item()  # BLAS, in the tensor's precision
-        if math.isinf(sumsq):  # the squares overflow the tensor's precision
-            sumsq = torch.dot(v.double(), v.double()).item()
-        return (mn.item(), mx.item(), total, sumsq, n, 0, 0)
-    a = v.numpy()
-    nan = int(np.count_nonzero(np.isnan(a)))
-    inf = int(np.count_nonzero(np.isinf(a)))
-    if nan or inf:
-        a = a[np.isfinite(a)]
-    if a.size == 0:
-        return (math.nan, math.nan, 0.0, 0.0, 0, nan, inf)
-    wide = a.astype(np.float64)  # finite values whose sum overflowed the tensor's precision, or the rest
-    return (float(a.min()), float(a.max()), float(wide.sum()), float(np.dot(wide, wide)), int(a.size), nan, inf)
+    if not t.is_floating_point():
+        t = t.to(wide if t.dtype != torch.bool and t.element_size() >= 4 else torch.float32)
+    if t.dtype != wide and not _can_reduce(t.device, t.dtype, wide):
+        t = t.to(wide)
+    return t
 
 
-def _cpu_kernel(tensors: list[torch.Tensor]) -> list[float]:
-    return [float(v) for t in tensors for v in _host_row(t)]
+def device_reduce(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One call of ``diopi::tensor_stats`` on non-empty ``tensors`` of one device, in float64 where the device has
+    it: a device tensor of :data:`COLUMNS` groups of ``len(tensors)`` numbers; nothing is read on the host."""
+    acc = _wide(tensors[0].device)
+    return torch.ops.diopi.tensor_stats([_as_float(t, acc) for t in tensors], acc)
 
 
-def _generic_kernel(tensors: list[torch.Tensor]) -> list[float]:
-    """Any device: four reductions per floating tensor on the device, their results brought to the host in
-    one copy per precision (no synchronization per tensor); non-finite, integer and complex tensors are
-    reduced on the host."""
-    on_device: dict[torch.dtype, tuple[list[int], list[torch.Tensor]]] = {}
-    for i, t in enumerate(tensors):
-        if t.is_floating_point() and t.numel():
-            wide = torch.float64 if t.dtype == torch.float64 else torch.float32
-            mn, mx = torch.aminmax(t)
-            sums = torch.stack([mn.to(wide), mx.to(wide), t.sum(dtype=wide),
-                                torch.linalg.vector_norm(t, dtype=wide) ** 2])
-            indices, rows = on_device.setdefault(wide, ([], []))
-            indices.append(i)
-            rows.append(sums)
-    result: list[tuple[float, ...] | None] = [None] * len(tensors)
-    for indices, rows in on_device.values():
-        for i, row in zip(indices, torch.stack(rows).to("cpu").tolist(), strict=True):
-            if all(math.isfinite(v) for v in row):
-                result[i] = (*row, tensors[i].numel(), 0, 0)
-    return [float(v) for i, t in enumerate(tensors) for v in (result[i] or _host_row(t.to("cpu")))]
-
-
-def _operator() -> Any:
-    """``torch.ops.op_tools.tensor_stats``, defined on first use."""
-    global _LIBRARY
-    if _LIBRARY is None:
-        library = torch.library.Library("op_tools", "DEF")
-        library.define("tensor_stats(Tensor[] tensors) -> float[]")
-        library.impl("tensor_stats", _cpu_kernel, "CPU")
-        library.impl("tensor_stats", _generic_kernel, "CompositeExplicitAutograd")
-        _LIBRARY = library
-    return torch.ops.op_tools.tensor_stats
-
-
-def stats_of(row: list[float], numel: int) -> dict[str, Any]:
-    """Statistics from one row of sums (:data:`COLUMNS`)."""
-    mn, mx, total, sumsq, finite, nan, inf = row
-    finite = int(finite)
-    stats: dict[str, Any] = {"numel": numel, "nan": int(nan), "inf": int(inf)}
+def stats_of(row: Sequence[float], numel: int) -> dict[str, Any]:
+    """Statistics from one tensor's row of ``diopi::tensor_stats`` (:data:`COLUMNS`)."""
+    mn, mx, total, norm, non_finite, nan = row
+    nan = int(nan)
+    finite = numel - int(non_finite)
+    stats: dict[str, Any] = {"numel": numel, "nan": nan, "inf": int(non_finite) - nan}
     if finite == 0:
         return {**stats, "min": None, "max": None, "mean": None, "std": None, "norm": None}
     if mn == mx:  # a constant tensor: exact, whatever the rounding of the sums
-        return {**stats, "min": mn, "max": mx, "mean": mn, "std": 0.0, "norm": math.sqrt(max(sumsq, 0.0))}
+        return {**stats, "min": mn, "max": mx, "mean": mn, "std": 0.0, "norm": norm}
     mean = min(max(total / finite, mn), mx)
-    var = max(sumsq - finite * mean * mean, 0.0) / (finite - 1) if finite > 1 else 0.0
-    return {**stats, "min": mn, "max": mx, "mean": mean, "std": math.sqrt(var), "norm": math.sqrt(max(sumsq, 0.0))}
+    var = max(norm * norm - finite * mean * mean, 0.0) / (finite - 1) if finite > 1 else 0.0
+    return {**stats, "min": mn, "max": mx, "mean": mean, "std": math.sqrt(var), "norm": norm}
+
+
+def stats_of_columns(values: list[float], numels: list[int]) -> list[dict[str, Any]]:
+    """Statistics of each tensor from the values of one ``diopi::tensor_stats`` result (column after column)."""
+    k = len(numels)
+    return [stats_of(values[j::k], numel) for j, numel in enumerate(numels)]
 
 
 def device_stats(tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
-    """Statistics of ``tensors``, reduced where they are: one operator call and one copy to the host per
-    device. Call it without autograd recording (``torch.no_grad``); the operator has no derivative."""
+    """Statistics of ``tensors``, read at once: host tensors by the CPU kernel, the others by one operator call and
+    one copy to the host per device."""
     results: list[dict[str, Any] | None] = [None] * len(tensors)
     by_device: dict[torch.device, list[int]] = {}
-    for i, t in enumerate(tensors):
-        by_device.setdefault(t.device, []).append(i)
-    op = _operator()
-    width = len(COLUMNS)
-    for indices in by_device.values():
-        flat = op([tensors[i] for i in indices])
-        for k, i in enumerate(indices):
-            results[i] = stats_of(flat[k * width:(k + 1) * width], tensors[i].numel())
+    with internal():
+        for i, t in enumerate(tensors):
+            if t.device.type == "cpu" or t.numel() == 0:
+                results[i] = stats_of(tensor_stats_row(t), t.numel())
+            else:
+                by_device.setdefault(t.device, []).append(i)
+        for indices in by_device.values():
+            values = device_reduce([tensors[i] for i in indices]).to("cpu").tolist()
+            for i, stats in zip(indices, stats_of_columns(values, [tensors[i].numel() for i in indices]), strict=True):
+                results[i] = stats
     return results  # type: ignore[return-value]
 
 
 def tensor_stats(t: torch.Tensor) -> dict[str, Any]:
     """Statistics of one host tensor (the CPU kernel)."""
-    return stats_of(list(_host_row(t)), t.numel())
+    return stats_of(tensor_stats_row(t), t.numel())
