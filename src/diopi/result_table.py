@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -229,9 +229,6 @@ class ResultTable:
         """Every row written so far, read back from ``results.jsonl``."""
         self.flush()
         return read_rows(self.jsonl_path) if self.jsonl_path.is_file() else []
-
-    def iter_failures(self) -> Iterator[dict[str, Any]]:
-        return (r for r in self.rows if r.get("verdict") == "FAIL")
 
     def summary_line(self) -> str:
         """``OpAutoCompare: 1234 checks: 1200 PASS, 30 NOISE, 2 SKIP, 2 FAIL (first: torch.mm #17 forward)``."""
