@@ -26,7 +26,8 @@ from diopi.case_format import atomic_open, library_versions
 from diopi.result_table import process_rank, process_world_size
 from diopi.steps import StepRange, current_step, next_step, on_step_end
 from op_tools import autograd_hooks
-from op_tools.deferred_stats import resolve_all, statistics_later
+from op_tools.case_writer import CaseWriter
+from op_tools.deferred_stats import resolve, statistics_later
 from op_tools.module_case import encode_module
 from op_tools.naming import FunctionInfo
 from op_tools.protocol import OpCall, Phase
@@ -145,6 +146,10 @@ class _CaseDraft:
         self.random = any(not torch.equal(a[1], b[1]) for a, b in zip(self.rng, after, strict=False))
         self.rng = []
 
+    def data_size(self) -> int:
+        """Bytes of tensor data the case holds."""
+        return sum(t.nbytes for e in (self.inputs, self.state_enc, self.outputs) for t in e.data.values())
+
     def write(self, folder: Path, entry: _Entry, device: str) -> None:
         encoders = (self.inputs, self.state_enc, self.outputs)
         record = cf.build_record(
@@ -228,6 +233,7 @@ class ModuleDump(OpTool):
         self._fixed: list[_Entry] = []
         self._fixed_input = fixed_input
         self._replay: Any = None
+        self._writer: CaseWriter | None = None
         self._origin = current_step()  # op_tools' step at start(): the dump's step 1
 
     @property
@@ -432,12 +438,20 @@ class ModuleDump(OpTool):
             folder = entry.module or "_root"
             kind = f"fixed_{entry.direction}" if entry.fixed else entry.direction
             entry.dir = f"{folder}/step{entry.step}-call{entry.call}/{kind}"
-            target = self.rank_dir / entry.dir
-            target.mkdir(parents=True, exist_ok=True)
-            if entry.case is not None:
-                entry.case.write(target, entry, self._device)
-            else:
-                cf.write_tensors(target / cf.TENSORS_FILE, {k: v for k, v in entry.tensors.items() if v is not None})
+            target, case, device = self.rank_dir / entry.dir, entry.case, self._device
+            tensors = {k: v for k, v in entry.tensors.items() if v is not None}
+
+            def write() -> None:  # on op_tools' writer thread: the training thread only copies
+                target.mkdir(parents=True, exist_ok=True)
+                if case is not None:
+                    case.write(target, entry, device)
+                else:
+                    cf.write_tensors(target / cf.TENSORS_FILE, tensors)
+
+            data = case.data_size() if case is not None else sum(t.nbytes for t in tensors.values())
+            if self._writer is None:
+                self._writer = CaseWriter(name="module-dump-writer")
+            self._writer.submit(write, data)
         entry.tensors, entry.case = {}, None
         entry.written = True
 
@@ -462,7 +476,7 @@ class ModuleDump(OpTool):
             for entry in (*self._forward, *self._backward):
                 if not entry.written:
                     self._write_entry(entry)
-            resolve_all()
+            resolve()
         except Exception as exc:  # noqa: BLE001
             self._fail("writing", exc)
         if (self._forward or self._backward) and step not in self._recorded_steps:
@@ -479,6 +493,8 @@ class ModuleDump(OpTool):
         if self.rank_dir is None:
             return
         self._index_written = time.monotonic()
+        if self._writer is not None:
+            self._writer.flush()  # the index names only folders that are written
         entries = self._pending
         index = {"format": FORMAT, "stats_only": self.stats_only, "rank": process_rank(),
                  "world_size": process_world_size(), "root": type(self.model).__name__, "device": self._device,

@@ -109,13 +109,13 @@ def _keep_data(grads: list[torch.Tensor]) -> list[Any]:
 
 
 def _keep_stats(grads: list[torch.Tensor]) -> list[Any]:
-    """Statistics of the gradients, reduced on their device (no copies are kept); those of device tensors are
-    filled in by the next :func:`op_tools.deferred_stats.resolve` (no host synchronisation per call)."""
-    from op_tools.deferred_stats import defer
+    """Statistics of the gradients (:func:`op_tools.deferred_stats.statistics_later`: device tensors reduced where
+    they are, host tensors on the background thread), filled in by the next
+    :func:`op_tools.deferred_stats.resolve` (no host synchronisation per call)."""
+    from op_tools.deferred_stats import statistics_later
 
-    kept = [{"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch.")} for g in grads]
-    defer(grads, kept)
-    return kept
+    kept = statistics_later(dict(enumerate(grads)))
+    return [kept[k] for k in range(len(grads))]
 
 
 def _keep_stats_now(grads: list[torch.Tensor]) -> list[Any]:
@@ -352,6 +352,7 @@ def attach(call: OpCall, states: list[tuple[Any, Any]], edges: list[tuple[Any, i
         if rec.timers:
             node.register_prehook(functools.partial(_node_started, rec, k))
             node.register_hook(functools.partial(_node_finished, rec, k))
-        if records:
-            node.register_hook(functools.partial(_on_node, rec, tuple(out_slots.get(id(node), ())), tuple(slots)))
+        outs = out_slots.get(id(node), ())
+        if records and (outs or slots):  # a node that passes no gradient out of the call records nothing
+            node.register_hook(functools.partial(_on_node, rec, tuple(outs), tuple(slots)))
     return len(created)

@@ -23,7 +23,7 @@ from op_tools import host_stats_worker
 from op_tools.protocol import internal
 from op_tools.tensor_stats import COLUMNS, device_reduce, stats_of_columns, tensor_stats
 
-__all__ = ["MAX_PENDING", "defer", "forget", "pending", "resolve", "resolve_all", "statistics_later"]
+__all__ = ["MAX_PENDING", "defer", "forget", "pending", "resolve", "statistics_later"]
 
 #: Device tensors whose statistics may wait unread before :func:`defer` reads them all.
 MAX_PENDING = 16384
@@ -99,7 +99,7 @@ _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
 def statistics_later(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
-    """Statistics dicts of named tensors from their values now, filled at the next :func:`resolve_all`: dtype, shape
+    """Statistics dicts of named tensors from their values now, filled at the next :func:`resolve`: dtype, shape
     and numel of every tensor, and for floating ones the statistics of :func:`op_tools.tensor_stats.stats_of`, host
     tensors copied and reduced on the background thread (:mod:`op_tools.host_stats_worker`), device tensors by
     :func:`defer`. Module dumps take their statistics this way."""
@@ -121,16 +121,11 @@ def statistics_later(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, An
     return stats
 
 
-def resolve_all() -> None:
-    """:func:`resolve`, and wait for the host statistics :func:`statistics_later` handed to the background
-    thread."""
-    resolve()
-    host_stats_worker.wait()
-
-
 def resolve() -> None:
-    """Read every waiting statistic (one copy to the host per device) and fill its dicts."""
+    """Read every waiting statistic (one copy to the host per device) and fill its dicts; wait for the host
+    statistics :func:`statistics_later` handed to the background thread."""
     global _queued_tensors
+    host_stats_worker.wait()
     if not _queue:
         return
     batches, _queue[:] = list(_queue), []
