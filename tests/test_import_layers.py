@@ -154,3 +154,22 @@ def f():
         "torch_dipu.dispatch",
         "op_tools.engine",
     }
+
+
+def test_no_module_imports_a_private_name_of_another_package() -> None:
+    """``from other_package.mod import _name`` (or from a ``_private`` module of another package) couples a package
+    to what another keeps for itself; a name shared across packages is public."""
+    found = []
+    for module, path in FILES.items():
+        if path.suffix != ".py":
+            continue
+        own = module.partition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.partition(".")[0] == own or node.module.partition(".")[0] not in LAYER:
+                continue
+            private_module = any(p.startswith("_") and not p.startswith("__") for p in node.module.split("."))
+            found += [f"{module}: from {node.module} import {a.name}" for a in node.names
+                      if private_module or (a.name.startswith("_") and not a.name.startswith("__"))]
+    assert not found, "private names imported across packages:\n" + "\n".join(found)

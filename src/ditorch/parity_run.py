@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from module_tools.parity import _RUN_NAMES, SEED
+from module_tools.parity import RUN_NAMES, SEED
 
 __all__ = ["PROBED", "main", "probe"]
 
@@ -127,7 +127,7 @@ def _pin_on_cpu() -> None:
 def main(argv: Sequence[str]) -> int:
     """Run one side of a parity comparison; the script's exit status (3: no model found)."""
     p = argparse.ArgumentParser(prog="python -m ditorch.parity_run")
-    p.add_argument("--child", choices=sorted(_RUN_NAMES), required=True)
+    p.add_argument("--child", choices=sorted(RUN_NAMES), required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--stats-only", action="store_true")

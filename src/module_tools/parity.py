@@ -34,14 +34,14 @@ from typing import Any
 
 from diopi.case_format import atomic_open
 
-__all__ = ["DEFAULT_STEPS", "SEED", "ParityResult", "run_parity"]
+__all__ = ["DEFAULT_STEPS", "RUN_NAMES", "SEED", "ParityResult", "run_parity"]
 
 #: Steps compared when none are asked for: two, so that a difference in the optimizer's update shows in the
 #: second step's forward.
 DEFAULT_STEPS = 2
 #: The seed of torch, ``random`` and numpy in both runs before the script starts.
 SEED = 0
-_RUN_NAMES = {"ref": "reference run (CPU)", "test": "device run"}
+RUN_NAMES = {"ref": "reference run (CPU)", "test": "device run"}
 _TAIL_LINES = 20
 
 
@@ -145,19 +145,19 @@ def run_parity(script: str, args: Sequence[str] = (), steps: int = DEFAULT_STEPS
     for number, run in enumerate(runs, 1):
         shutil.rmtree(out_dir / run, ignore_errors=True)
         replay = ref_dir if fixed_input and run == "test" else None
-        say(f"ditorch parity: [{number}/{len(runs)}] the {_RUN_NAMES[run]}: {steps} step{'s' * (steps != 1)} of "
+        say(f"ditorch parity: [{number}/{len(runs)}] the {RUN_NAMES[run]}: {steps} step{'s' * (steps != 1)} of "
             f"{script} (output in {out_dir / f'{run}.log'}) ...")
         start = time.perf_counter()
         answers = _device_answers(env) if run == "ref" else None
         status, tail = _run_child(run, script, args, steps, out_dir, stats_only, random_on_cpu, env, replay, answers)
         seconds = time.perf_counter() - start
         if status != 0:
-            say(f"ditorch parity: [{number}/{len(runs)}] the {_RUN_NAMES[run]} failed after {seconds:.1f} s")
-            lines = [f"ditorch parity: the {_RUN_NAMES[run]} failed (exit status {status}); {tail}",
+            say(f"ditorch parity: [{number}/{len(runs)}] the {RUN_NAMES[run]} failed after {seconds:.1f} s")
+            lines = [f"ditorch parity: the {RUN_NAMES[run]} failed (exit status {status}); {tail}",
                      f"ditorch parity: its whole output: {out_dir / f'{run}.log'} (stderr alone: "
                      f"{out_dir / f'{run}.stderr.log'})"]
             return ParityResult(2, lines, out_dir, failed_run=run)
-        say(f"ditorch parity: [{number}/{len(runs)}] the {_RUN_NAMES[run]} done in {seconds:.1f} s")
+        say(f"ditorch parity: [{number}/{len(runs)}] the {RUN_NAMES[run]} done in {seconds:.1f} s")
     try:
         comparison = compare_runs(ref_dir, out_dir / "test")
     except ValueError as exc:  # nothing aligns, a missing or damaged dump
