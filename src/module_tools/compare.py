@@ -20,7 +20,7 @@ import torch
 from diopi.case_format import atomic_open
 from diopi.compare import TensorComparison, Verdict, compare_tensors, tolerance, worst_verdict
 
-from .compare_html import render_html
+from .compare_html import write_comparison_page
 from .dump_reader import Dump, load_dump
 
 __all__ = ["EntryComparison", "RunComparison", "compare_runs"]
@@ -433,8 +433,7 @@ class RunComparison:
             json.dump(self.to_json(), f, indent=1, allow_nan=False)
 
     def write_html(self, path: str | Path) -> None:
-        with atomic_open(path, "w", encoding="utf-8") as f:
-            f.write(render_html(self, _STATS))
+        write_comparison_page(path, self, _STATS)
 
 
 def _first_failed(entry: EntryComparison) -> str:

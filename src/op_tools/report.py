@@ -8,7 +8,6 @@ sortable, filterable table of every row (rendered by inline JavaScript, one page
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import math
 import re
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from diopi.case_format import atomic_open
+from diopi.html_page import esc, table, verdict_cell, verdict_counts, write_page
 from op_tools.report_assets import CSS, JS
 from op_tools.results import COLUMNS, VERDICTS, read_rows
 
@@ -27,11 +26,6 @@ __all__ = ["add_arguments", "find_results", "run", "write_report"]
 
 REPORT_NAME = "report.html"
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def _esc(value: Any) -> str:
-    """``value`` as HTML text (also safe inside a quoted attribute)."""
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _clean(value: Any) -> Any:
@@ -108,16 +102,10 @@ def _names(run_dir: Path) -> tuple[str, str, str]:
 
 
 def _header(rows: list[dict[str, Any]], title: str, run_dir: Path) -> str:
-    counts = Counter(row.get("verdict") for row in rows)
-    verdicts = list(VERDICTS) + sorted(str(v) for v in counts if v not in VERDICTS)
-    spans = "".join(
-        f'<span class="count v-{_esc(v) if v in VERDICTS else "other"}{" some" if counts[v] else ""}" '
-        f'data-verdict="{_esc(v)}" data-count="{counts[v]}"><b>{counts[v]}</b>{_esc(v)}</span>'
-        for v in verdicts)
     tool, run_name, rank = _names(run_dir)
-    meta = (f"{_esc(tool)} &middot; run {_esc(run_name)}{' &middot; ' + _esc(rank) if rank else ''} &middot; "
-            f"{len(rows)} rows &middot; written {_esc(time.strftime('%Y-%m-%d %H:%M:%S'))} from "
-            f"<code>{_esc(run_dir / 'results.jsonl')}</code>")
+    meta = (f"{esc(tool)} &middot; run {esc(run_name)}{' &middot; ' + esc(rank) if rank else ''} &middot; "
+            f"{len(rows)} rows &middot; written {esc(time.strftime('%Y-%m-%d %H:%M:%S'))} from "
+            f"<code>{esc(run_dir / 'results.jsonl')}</code>")
     first = next((i for i, row in enumerate(rows) if row.get("verdict") == "FAIL"), None)
     if first is None:
         box = '<p class="all-good">No FAIL rows.</p>'
@@ -128,35 +116,31 @@ def _header(rows: list[dict[str, Any]], title: str, run_dir: Path) -> str:
                  ("tensor", row.get("index")), ("max_rel_diff", _fmt(_number(row.get("max_rel_diff")))),
                  ("max_abs_diff", _fmt(_number(row.get("max_abs_diff")))), ("message", row.get("message")),
                  ("call site", row.get("call_site"))]
-        dl = "".join(f"<dt>{k}</dt><dd>{_esc(v)}</dd>" for k, v in items if v not in (None, ""))
+        dl = "".join(f"<dt>{k}</dt><dd>{esc(v)}</dd>" for k, v in items if v not in (None, ""))
         if href:
-            dl += f'<dt>saved case</dt><dd><a href="{_esc(href)}">{_esc(row.get("case_dir"))}</a></dd>'
+            dl += f'<dt>saved case</dt><dd><a href="{esc(href)}">{esc(row.get("case_dir"))}</a></dd>'
         box = (f'<div class="first-fail" id="first-fail"><b>First FAIL (in op order): '
-               f'<span class="mono">{_esc(row.get("name"))}</span> #{_esc(row.get("id"))}</b> '
+               f'<span class="mono">{esc(row.get("name"))}</span> #{esc(row.get("id"))}</b> '
                f'<button type="button" data-jump="{first}">show in table</button><dl>{dl}</dl></div>')
-    return (f"<header><h1>{_esc(title)}</h1><p class=\"meta\">{meta}</p>"
-            f'<div class="counts">{spans}</div>{box}</header>')
+    return (f"<header><h1>{esc(title)}</h1><p class=\"meta\">{meta}</p>"
+            f"{verdict_counts(Counter(row.get('verdict') for row in rows), VERDICTS)}{box}</header>")
 
 
 def _ops_table(rows: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("op", "checks", *VERDICTS, "worst max_rel_diff"))
     body = []
     for op in op_summary(rows):
-        cells = "".join(f'<td class="num{" fail" if v == "FAIL" and op["counts"][v] else ""}">{op["counts"][v]}</td>'
+        c = op["counts"]
+        cells = "".join(verdict_cell(v, c[v], "num") if v == "FAIL" and c[v] else f'<td class="num">{c[v]}</td>'
                         for v in VERDICTS)
-        body.append(f'<tr data-op="{_esc(op["name"])}"><td>{_esc(op["name"])}</td><td class="num">{op["checks"]}'
+        body.append(f'<tr data-op="{esc(op["name"])}"><td>{esc(op["name"])}</td><td class="num">{op["checks"]}'
                     f'</td>{cells}<td class="num">{_fmt(op["worst"])}</td></tr>')
-    return (f'<div class="table-wrap"><table id="ops"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>')
+    return table(("op", "checks", *VERDICTS, "worst max_rel_diff"), body, ' id="ops"')
 
 
-def render(rows: list[dict[str, Any]], title: str, run_dir: Path) -> str:
-    """The report page for ``rows`` (one self-contained HTML document)."""
+def _body(rows: list[dict[str, Any]], title: str, run_dir: Path) -> str:
+    """The report page's body for ``rows`` (the page script, :data:`~op_tools.report_assets.JS`, reads its data)."""
     verdict_options = "".join(f'<option value="{v}">{v}</option>' for v in VERDICTS)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_esc(title)}</title><style>{CSS}</style></head><body>
-{_header(rows, title, run_dir)}
+    return f"""{_header(rows, title, run_dir)}
 <section><h2>Error against op order</h2>
 <div class="controls"><label>y <select id="metric"><option value="max_rel_diff">max_rel_diff</option>
 <option value="max_abs_diff">max_abs_diff</option></select></label><span class="legend" id="legend"></span></div>
@@ -175,10 +159,7 @@ def render(rows: list[dict[str, Any]], title: str, run_dir: Path) -> str:
 <button type="button" id="next">next &rarr;</button><span id="page-info"></span></div>
 <div class="table-wrap"><table id="rows"><thead></thead><tbody></tbody></table></div></section>
 <script type="application/json" id="columns-data">{script_json(list(COLUMNS))}</script>
-<script type="application/json" id="rows-data">{script_json(rows)}</script>
-<script>{JS}</script>
-</body></html>
-"""
+<script type="application/json" id="rows-data">{script_json(rows)}</script>"""
 
 
 def write_report(run_dir: Path, title: str | None = None) -> Path:
@@ -195,10 +176,7 @@ def write_report(run_dir: Path, title: str | None = None) -> Path:
             raise ValueError(f"{source}: row {number}: not a JSON object")
     if title is None:
         title = " / ".join(part for part in _names(run_dir) if part)
-    out = run_dir / REPORT_NAME
-    with atomic_open(out, "w", encoding="utf-8") as f:
-        f.write(render(rows, title, run_dir))
-    return out
+    return write_page(run_dir / REPORT_NAME, title, _body(rows, title, run_dir), CSS, JS)
 
 
 def find_results(root: Path) -> list[Path]:

@@ -1,4 +1,4 @@
-"""The inline CSS and JavaScript of the HTML report (:mod:`op_tools.report`); no external resources.
+"""The report's own CSS (after :data:`diopi.html_page.CSS`) and its JavaScript (:mod:`op_tools.report`); inline.
 
 The script reads the rows from ``<script type="application/json" id="rows-data">``, draws the error chart on a
 canvas and renders the rows table one page at a time. Every value goes into the page with ``textContent`` or
@@ -10,19 +10,6 @@ from __future__ import annotations
 __all__ = ["CSS", "JS"]
 
 CSS = """
-:root { --fail: #c62828; --noise: #d98c1c; --skip: #808080; --pass: #2e7d32; --line: #d8d8d8; }
-* { box-sizing: border-box; }
-body { margin: 0 auto; max-width: 1600px; padding: 12px 20px 40px; color: #1d1d1f; background: #fff;
-  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
-h1 { font-size: 22px; margin: 8px 0 2px; word-break: break-all; }
-h2 { font-size: 17px; margin: 26px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
-code, td, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; }
-.meta { color: #555; margin: 0 0 10px; word-break: break-all; }
-.counts { display: flex; flex-wrap: wrap; gap: 8px; margin: 8px 0; }
-.count { border-radius: 6px; padding: 4px 12px; background: #f1f1f1; border-left: 5px solid var(--skip); }
-.count b { font-size: 18px; margin-right: 4px; }
-.count.v-PASS { border-color: var(--pass); } .count.v-NOISE { border-color: var(--noise); }
-.count.v-FAIL { border-color: var(--fail); } .count.v-FAIL.some { background: #fdecea; }
 .first-fail { border: 2px solid var(--fail); background: #fdecea; border-radius: 6px; padding: 8px 12px;
   margin: 10px 0; }
 .first-fail dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 6px 0; }
@@ -30,25 +17,16 @@ code, td, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, mo
 .all-good { border-left: 5px solid var(--pass); background: #edf7ed; padding: 8px 12px; border-radius: 6px; }
 .controls { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 6px 0; }
 .controls input[type=search] { min-width: 280px; padding: 4px 6px; }
-button { cursor: pointer; }
 .chart-box { position: relative; width: 100%; }
 #chart { display: block; width: 100%; height: 300px; border: 1px solid var(--line); border-radius: 4px; }
 #tip { position: absolute; pointer-events: none; background: #222; color: #fff; padding: 4px 8px;
   border-radius: 4px; font: 12px ui-monospace, Menlo, Consolas, monospace; white-space: pre; z-index: 2; }
 .legend span { margin-right: 14px; } .dot { display: inline-block; width: 10px; height: 10px;
   border-radius: 50%; margin-right: 4px; vertical-align: middle; }
-.table-wrap { overflow-x: auto; border: 1px solid var(--line); border-radius: 4px; }
-table { border-collapse: collapse; width: 100%; }
-th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; vertical-align: top; }
-th { position: sticky; top: 0; background: #f6f6f6; white-space: nowrap; user-select: none; }
-#rows th { cursor: pointer; } #rows th:hover { background: #e9e9e9; }
-td.num { text-align: right; white-space: nowrap; }
+#rows th { cursor: pointer; user-select: none; } #rows th:hover { background: #e9e9e9; }
 td.long { max-width: 420px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-tr.v-FAIL td { background: #fdecea; } tr.v-NOISE td { background: #fff6e5; } tr.v-SKIP td { color: #666; }
 tr.mark td { outline: 2px solid #1565c0; outline-offset: -2px; }
-td.verdict { font-weight: 600; }
 #ops tbody tr { cursor: pointer; } #ops tbody tr:hover td { background: #eef3fb; }
-#ops td.fail { color: var(--fail); font-weight: 600; }
 """
 
 JS = r"""

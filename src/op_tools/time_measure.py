@@ -27,7 +27,6 @@ table, self-contained). The top of the summary is printed when the tool stops.
 from __future__ import annotations
 
 import csv
-import html
 import math
 import os
 import threading
@@ -41,6 +40,7 @@ import torch
 
 from diopi.case_format import atomic_open
 from diopi.env import ConfigError
+from diopi.html_page import esc, table, write_page
 from op_tools import config
 from op_tools.device_sync import synchronizer, timing_event_factory
 from op_tools.naming import COLLECTIVES, is_collective_name
@@ -53,6 +53,7 @@ __all__ = ["COLLECTIVES", "MAX_PENDING", "MODES", "OpTimeMeasure"]
 MODES = ("sync", "event")
 #: Calls (forward or backward) whose events may wait unread in event mode before one synchronization reads them.
 MAX_PENDING = 10_000
+_SUMMARY_KEYS = ("name", "phase", "calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share")
 
 
 class _TimingTable(ResultTable):
@@ -315,19 +316,17 @@ class OpTimeMeasure(ResultsTool):
     def _write_summary(self, run_dir: Path) -> None:
         entries = self.summary()
         run_dir.mkdir(parents=True, exist_ok=True)
-        keys = ("name", "phase", "calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share")
         with atomic_open(run_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
-            writer.writerow(keys)
+            writer.writerow(_SUMMARY_KEYS)
             for e in entries:
-                writer.writerow([round(e[k], 6) if isinstance(e[k], float) else e[k] for k in keys])
-        with atomic_open(run_dir / "timing_report.html", "w", encoding="utf-8") as f:
-            f.write(_render(entries, self, run_dir))
+                writer.writerow([round(e[k], 6) if isinstance(e[k], float) else e[k] for k in _SUMMARY_KEYS])
+        write_page(run_dir / "timing_report.html", f"{self.name} ({self.mode} mode): {run_dir}",
+                   _body(entries, self, run_dir))
 
 
-def _render(entries: list[dict[str, Any]], tool: OpTimeMeasure, run_dir: Path, top: int = 30) -> str:
-    """A self-contained page: a bar chart (inline SVG) of the top entries by total time and the summary table."""
-    esc = html.escape
+def _body(entries: list[dict[str, Any]], tool: OpTimeMeasure, run_dir: Path, top: int = 30) -> str:
+    """The timing page: a bar chart (inline SVG) of the top entries by total time and the summary table."""
     shown = entries[:top]
     biggest = max((e["total_ms"] for e in shown), default=0.0) or 1.0
     label_w, bar_w, row_h = 420, 460, 22
@@ -343,23 +342,14 @@ def _render(entries: list[dict[str, Any]], tool: OpTimeMeasure, run_dir: Path, t
                     f'({e["share"]:.1%})</text>')
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 160}" height="{len(shown) * row_h}" '
            f'font-family="monospace" font-size="12">{"".join(bars)}</svg>')
-    cols = ("name", "phase", "calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share")
-    head = "".join(f"<th>{c}</th>" for c in cols)
     body = []
     for e in entries:
-        cells = []
-        for c in cols:
-            v = e[c]
-            text = f"{v:.1%}" if c == "share" else f"{v:.4f}" if isinstance(v, float) else str(v)
-            cells.append(f'<td class="{"num" if c not in ("name", "phase") else ""}">{esc(text)}</td>')
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    title = f"{tool.name} ({tool.mode} mode): {run_dir}"
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title><style>'
-            "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-            "padding:2px 8px}td.num{text-align:right;font-family:monospace}th{background:#eee}</style></head><body>"
-            f"<h1>{esc(tool.name)}: time by op</h1><p>{esc(tool.mode)} mode &middot; device {esc(tool.device_type)}"
-            f" &middot; {tool.block_ms:.1f} ms block &middot; written {esc(time.strftime('%Y-%m-%d %H:%M:%S'))}"
-            f" &middot; rows in <code>{esc(str(run_dir / 'results.jsonl'))}</code></p>"
-            f"<h2>Top {len(shown)} by total time (blue: forward, orange: backward)</h2>{svg}"
-            f"<h2>Summary</h2><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-            "</body></html>\n")
+        texts = (f"{e[c]:.1%}" if c == "share" else f"{e[c]:.4f}" if isinstance(e[c], float) else e[c]
+                 for c in _SUMMARY_KEYS)
+        body.append("<tr>" + "".join(f"<td{'' if i < 2 else ' class=num'}>{esc(t)}</td>" for i, t in enumerate(texts))
+                    + "</tr>")
+    return (f"<h1>{esc(tool.name)}: time by op</h1><p class=\"meta\">{esc(tool.mode)} mode &middot; device "
+            f"{esc(tool.device_type)} &middot; {tool.block_ms:.1f} ms block &middot; written "
+            f"{esc(time.strftime('%Y-%m-%d %H:%M:%S'))} &middot; rows in <code>{esc(run_dir / 'results.jsonl')}"
+            f"</code></p><h2>Top {len(shown)} by total time (blue: forward, orange: backward)</h2>{svg}"
+            f"<h2>Summary</h2>{table(_SUMMARY_KEYS, body)}")

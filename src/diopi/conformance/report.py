@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import html
 import io
 import math
 import xml.etree.ElementTree as ET
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from diopi.case_format import atomic_open
 from diopi.conformance.run import OUTCOMES, CaseResult
+from diopi.html_page import esc, table, verdict_cell, verdict_counts, write_page
 
 
 def by_function(results: Iterable[CaseResult]) -> dict[str, Counter[str]]:
@@ -61,33 +61,17 @@ def write_junit(path: str | Path, results: list[CaseResult], name: str = "diopi.
         tree.write(f, encoding="utf-8", xml_declaration=True)
 
 
-_STYLE = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}
-td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;font-size:13px}th{background:#eee}
-.FAIL,.ERROR{color:#b00020;font-weight:bold}.PASS{color:#1b5e20}.SKIP,.NOT_IMPLEMENTED{color:#8a6d00}"""
-
-
 def write_html(path: str | Path, results: list[CaseResult], title: str) -> None:
     """One page, no external resources: totals, the table by function, then every case that did not pass."""
-    esc = html.escape
-    count = totals(results)
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
-             f"<style>{_STYLE}</style></head><body><h1>{esc(title)}</h1><p>"
-             + ", ".join(f"<span class='{o}'>{o}: {count[o]}</span>" for o in OUTCOMES) + "</p>",
-             "<h2>By function</h2><table><tr><th>function</th>"
-             + "".join(f"<th>{o}</th>" for o in OUTCOMES) + "</tr>"]
-    for function, counts in by_function(results).items():
-        parts.append(f"<tr><td>{esc(function)}</td>"
-                     + "".join(f"<td class='{o if counts[o] else ''}'>{counts[o]}</td>" for o in OUTCOMES) + "</tr>")
-    parts.append("</table><h2>Cases that did not pass</h2><table><tr><th>case</th><th>op</th><th>dtype</th>"
-                 "<th>layout</th><th>outcome</th><th>detail</th></tr>")
-    for r in results:
-        if r.outcome != "PASS":
-            parts.append(f"<tr><td>{esc(r.case)}</td><td>{esc(r.op)}</td><td>{esc(r.dtype)}</td>"
-                         f"<td>{esc(r.layout)}</td><td class='{r.outcome}'>{r.outcome}</td>"
-                         f"<td>{esc(r.detail)}</td></tr>")
-    parts.append("</table></body></html>")
-    with atomic_open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts))
+    functions = [f"<tr><td>{esc(function)}</td>"
+                 + "".join(verdict_cell(o, c[o], "num") if c[o] else '<td class="num">0</td>' for o in OUTCOMES)
+                 + "</tr>" for function, c in by_function(results).items()]
+    cases = [f'<tr class="v-{r.outcome}"><td>{esc(r.case)}</td><td>{esc(r.op)}</td><td>{esc(r.dtype)}</td>'
+             f"<td>{esc(r.layout)}</td>{verdict_cell(r.outcome)}<td>{esc(r.detail)}</td></tr>"
+             for r in results if r.outcome != "PASS"]
+    write_page(path, title, f"<h1>{esc(title)}</h1>{verdict_counts(totals(results), OUTCOMES)}<h2>By function</h2>"
+               f"{table(('function', *OUTCOMES), functions)}<h2>Cases that did not pass</h2>"
+               f"{table(('case', 'op', 'dtype', 'layout', 'outcome', 'detail'), cases)}")
 
 
 def summary_lines(results: list[CaseResult], verbose: bool = False) -> list[str]:
