@@ -33,8 +33,9 @@ from typing import Any
 import torch
 
 from diopi.case_format import CaseFormatError, dtype_from_name
-from diopi.impl import tensors, written_arguments
+from diopi.impl import written_arguments
 from diopi.registry import DiopiFunction, Kernel, functions, operator_packet
+from diopi.tensor_walk import tensors_in
 from diopi.yaml_config import load_yaml_mapping
 
 __all__ = ["MEMORY_FORMATS", "AdaptedImpl", "AdaptorConfig", "AdaptorConfigError", "Rule", "adapt", "load_config"]
@@ -269,11 +270,11 @@ def _adapted_kernel(kernel: Kernel, rule: Rule, op: torch._ops.OpOverload) -> Ke
         written = [(args[i], new_args[i]) for i in positions if i < len(args)]
         written += [(kwargs[k], new_kwargs[k]) for k in kwargs if k in written_names]
         for caller, converted in written:
-            for mine, theirs in zip(tensors(caller), tensors(converted), strict=True):
+            for mine, theirs in zip(tensors_in(caller), tensors_in(converted), strict=True):
                 if theirs is not mine:
                     mine.copy_(theirs)
                 back[id(theirs)] = mine
-        originals = tensors(list(args) + list(kwargs.values()))
+        originals = tensors_in(list(args) + list(kwargs.values()))
         undo = {t: s for s, t in rule.dtypes.items() if any(x.dtype == s for x in originals)}
         like = next((t for t in originals if t.dim() in (4, 5)), None)
         return _restore(result, expected, back, undo, like)

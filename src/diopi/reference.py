@@ -15,21 +15,14 @@ from typing import Any
 import torch
 
 from diopi.compare import TensorComparison, Verdict, compare_outputs
+from diopi.tensor_walk import tensors_in
 
 __all__ = ["has_floating", "judge_outputs", "widen"]
 
 
-def _leaves(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return [leaf for v in value for leaf in _leaves(v)]
-    if isinstance(value, dict):
-        return [leaf for v in value.values() for leaf in _leaves(v)]
-    return [value]
-
-
 def has_floating(value: Any) -> bool:
     """Whether a (nested) value holds a floating-point or complex tensor."""
-    return any(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in _leaves(value))
+    return any((t.is_floating_point() or t.is_complex()) for t in tensors_in(value))
 
 
 def widen(value: Any) -> Any:

@@ -25,6 +25,7 @@ from diopi import case_format as cf
 from diopi.case_format import atomic_open, library_versions
 from diopi.result_table import process_rank, process_world_size
 from diopi.steps import StepRange, current_step, next_step, on_step_end
+from diopi.tensor_walk import tensors_in
 from op_tools import autograd_hooks
 from op_tools.case_writer import CaseWriter
 from op_tools.deferred_stats import resolve, statistics_later
@@ -36,7 +37,6 @@ from op_tools.tool import OpTool
 from .config import DUMP_STEPS_ENV
 from .dump_reader import FORMAT
 from .fixed_input import rng_state
-from .walk import flatten_tensors
 
 _sequence_nr = torch._C._autograd._get_sequence_nr
 
@@ -319,7 +319,7 @@ class ModuleDump(OpTool):
             entry = _Entry(path, type(module).__name__, self.current_step, call, "forward")
             if self._replay is not None:
                 self._replay.before(module, path, entry.step, call, args, kwargs)
-            inputs = [t for t in flatten_tensors((args, kwargs)) if t is not None]
+            inputs = tensors_in((args, kwargs))
             tensors = {f"input.{i}": t for i, t in enumerate(inputs)}
             for name, param in module._parameters.items():  # named_parameters(recurse=False), cheaper
                 if param is not None:
@@ -342,7 +342,7 @@ class ModuleDump(OpTool):
             return
         entry, inputs, edges, seq0 = stack.pop()
         try:
-            outputs = [t for t in flatten_tensors(output) if t is not None]
+            outputs = tensors_in(output)
             self._keep_stats(entry, {f"output.{i}": t for i, t in enumerate(outputs)})
             if entry.case is not None:
                 entry.case.finish(output, outputs, self._device)

@@ -30,10 +30,16 @@ from typing import Any
 
 import torch
 
+from diopi.tensor_walk import MAX_DEPTH, leaves, map_leaves, tensors_in
+
 from .dump_reader import Dump, DumpError, load_dump
-from .walk import MAX_DEPTH, flatten_tensors, sequence_nr
 
 __all__ = ["FixedInputReplay", "replace_tensors", "rng_state", "snapshot_opaque"]
+
+
+def _sequence_nr(node: Any) -> int:
+    """The sequence number of an autograd node (-1 for none): later nodes run first."""
+    return node._sequence_nr() if node is not None else -1
 
 
 _PLAIN = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.nn.Module, type)
@@ -45,26 +51,15 @@ def _is_opaque(value: Any) -> bool:
             and not (dataclasses.is_dataclass(value)))
 
 
-def snapshot_opaque(value: Any, into: dict[int, Any], depth: int = 0) -> None:
+def snapshot_opaque(value: Any, into: dict[int, Any]) -> None:
     """Deep copies of the stateful objects among the arguments ``value`` (id -> copy), taken before the call
     changes them, so that the replay sees them as the call did and cannot change the live ones."""
-    if isinstance(value, torch.Tensor) or depth >= MAX_DEPTH:
-        return
-    if isinstance(value, dict):
-        items: Any = value.values()
-    elif isinstance(value, (list, tuple)):
-        items = value
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
-    else:
-        if _is_opaque(value) and id(value) not in into:
+    for leaf in leaves(value):
+        if _is_opaque(leaf) and id(leaf) not in into:
             memo: dict[int, Any] = {}
-            _detached_copies(value, memo)
+            _detached_copies(leaf, memo)
             with contextlib.suppress(Exception):  # not copyable: the replay gets the live object
-                into[id(value)] = copy.deepcopy(value, memo)
-        return
-    for item in items:
-        snapshot_opaque(item, into, depth + 1)
+                into[id(leaf)] = copy.deepcopy(leaf, memo)
 
 
 def _detached_copies(value: Any, memo: dict[int, Any], depth: int = 0) -> None:
@@ -88,32 +83,11 @@ def _detached_copies(value: Any, memo: dict[int, Any], depth: int = 0) -> None:
         _detached_copies(item, memo, depth + 1)
 
 
-def replace_tensors(value: Any, new: list[Any], depth: int = 0, objects: dict[int, Any] | None = None) -> Any:
-    """``value`` with its tensors replaced, in :func:`~module_tools.walk.flatten_tensors` order, by the items
-    of ``new`` (consumed from the front), and the objects in ``objects`` (id -> replacement) replaced;
-    containers are rebuilt with their own types."""
-    if isinstance(value, torch.Tensor):
-        return new.pop(0)
-    if objects and id(value) in objects:
-        return objects[id(value)]
-    if depth >= MAX_DEPTH:
-        return value
-    if isinstance(value, dict):
-        out = copy.copy(value)
-        for key, item in value.items():
-            out[key] = replace_tensors(item, new, depth + 1, objects)
-        return out
-    if isinstance(value, (list, tuple)):
-        items = [replace_tensors(item, new, depth + 1, objects) for item in value]
-        if isinstance(value, list):
-            return items
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = copy.copy(value)
-        for f in dataclasses.fields(value):
-            object.__setattr__(out, f.name, replace_tensors(getattr(value, f.name, None), new, depth + 1, objects))
-        return out
-    return value
+def replace_tensors(value: Any, new: list[Any], objects: dict[int, Any] | None = None) -> Any:
+    """``value`` with its tensors replaced, in :func:`~diopi.tensor_walk.tensors_in` order, by the items of
+    ``new``, and the objects in ``objects`` (id -> replacement) replaced; containers keep their types."""
+    fresh, objects = iter(new), objects or {}
+    return map_leaves(value, lambda v: next(fresh) if isinstance(v, torch.Tensor) else objects.get(id(v), v))
 
 
 def rng_state(device: torch.device) -> list[tuple[Any, torch.Tensor]]:
@@ -155,7 +129,7 @@ def _external_gradients(roots: list[torch.Tensor], grads: list[torch.Tensor]) ->
     the earliest (an output can only be used by outputs made after it)."""
     if len(roots) < 2:
         return grads
-    order = sorted(range(len(roots)), key=lambda i: sequence_nr(roots[i].grad_fn), reverse=True)
+    order = sorted(range(len(roots)), key=lambda i: _sequence_nr(roots[i].grad_fn), reverse=True)
     external = list(grads)
     with torch.enable_grad():
         for pos, i in enumerate(order):
@@ -248,7 +222,7 @@ class FixedInputReplay:
         ref_grads = self._tensors(ref_grads_entry, step) if ref_grads_entry is not None else {}
         want_grad = torch.is_grad_enabled() and any(k.startswith("grad_output.") for k in ref_grads)
 
-        live_inputs = flatten_tensors((args, kwargs))
+        live_inputs = tensors_in((args, kwargs))
         leaves: dict[int, torch.Tensor] = {}  # input index -> the replay's leaf
         by_object: dict[int, torch.Tensor] = {}  # one live tensor given twice gets one leaf
         new_inputs: list[Any] = []
@@ -290,7 +264,7 @@ class FixedInputReplay:
             _set_rng_state(rng)
             with torch.set_grad_enabled(want_grad):
                 output = torch.func.functional_call(module, values, tuple(new_args), new_kwargs)
-            outputs = flatten_tensors(output)
+            outputs = tensors_in(output)
             result = {"forward": {f"output.{i}": t.detach() for i, t in enumerate(outputs) if t is not None}}
             if want_grad:
                 result["backward"] = self._backward_replay(module, path, ref_path, step, outputs, ref_grads, leaves,

@@ -32,10 +32,11 @@ from diopi.compare import TensorComparison, Verdict, compare_tensors
 from diopi.reference import judge_outputs
 from diopi.result_table import VERDICT_NAMES
 from diopi.step_lines import StepLines
+from diopi.tensor_walk import map_leaves, tensors_in
 from op_tools import config
 from op_tools.capture import op_dir_name
 from op_tools.collectives import needs_other_ranks
-from op_tools.protocol import OpCall, Phase, collect_tensors, map_tensors, print_line
+from op_tools.protocol import OpCall, Phase, print_line
 from op_tools.results import process_rank
 from op_tools.results_tool import ResultsTool
 
@@ -65,7 +66,7 @@ class _CallState:
 
 def _host(value: Any) -> Any:
     """``value`` with every tensor replaced by a detached host copy (structure kept)."""
-    return map_tensors(value, lambda v: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
+    return map_leaves(value, lambda v: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
 
 
 class OpAutoCompare(ResultsTool):
@@ -159,7 +160,7 @@ class OpAutoCompare(ResultsTool):
             # reference gets the same cast (to the dtype the device produced), whatever CPU autocast's lists say.
             # Calls that write into their inputs (in-place ops, batch norm's running statistics) are never
             # cast by autocast: their reference keeps the dtypes the device had.
-            state.cast_to = next((t.dtype for t in collect_tensors(actual, [], set()) if t.is_floating_point()),
+            state.cast_to = next((t.dtype for t in tensors_in(actual, unique=True) if t.is_floating_point()),
                                  None)
         try:
             if call.backward_hooked:  # keep the CPU graph: the backward check then only runs autograd.grad
@@ -272,7 +273,7 @@ class OpAutoCompare(ResultsTool):
                 else:
                     continue
                 swap[id(t)] = tensors[key] = holder
-            args, kwargs = map_tensors((args, kwargs),
+            args, kwargs = map_leaves((args, kwargs),
                                        lambda v: swap.get(id(v), v) if isinstance(v, torch.Tensor) else v)
             out = call.func(*args, **kwargs)
         return out, tensors, leaves
@@ -282,7 +283,7 @@ class OpAutoCompare(ResultsTool):
                          grad_outputs: dict[int, Any]) -> dict[int, torch.Tensor]:
         """Input gradients of the CPU reference graph, fed with the device's output gradients."""
         out, leaves = reference
-        outs = collect_tensors(out, [], set())
+        outs = tensors_in(out, unique=True)
         roots, grads = [], []
         for k, g in grad_outputs.items():
             if k < len(outs) and outs[k].requires_grad and isinstance(g, torch.Tensor):
@@ -338,7 +339,7 @@ class OpAutoCompare(ResultsTool):
         section: dict[str, Any] | None = None
         if grads is not None:
             section = cf.backward_section()
-            output_keys = [out_enc.key_of(t) for t in collect_tensors(actual, [], set())]
+            output_keys = [out_enc.key_of(t) for t in tensors_in(actual, unique=True)]
             for name, by_index, keys in (("grad_inputs", grads[0], None), ("grad_outputs", grads[1], output_keys)):
                 for index, g in by_index.items():
                     key = f"i{index}" if keys is None else (keys[index] if index < len(keys) else None)

@@ -33,16 +33,15 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from diopi import steps
+from diopi.tensor_walk import call_tensors, tensors_in
 from op_tools import autograd_hooks, collectives
 from op_tools.naming import FunctionInfo, function_info
-from op_tools.protocol import OpCall, Phase, Ran, collect_tensors, internal, map_tensors, print_line, report_failure
+from op_tools.protocol import OpCall, Phase, Ran, internal, print_line, report_failure
 
-__all__ = ["OpCall", "Phase", "Plan", "Ran", "collect_tensors", "engine", "internal", "map_tensors", "print_line",
-           "run_call"]
+__all__ = ["OpCall", "Phase", "Plan", "Ran", "engine", "internal", "print_line", "run_call"]
 
 _sequence_nr = torch._C._autograd._get_sequence_nr
 _Tensor = torch.Tensor
-_NESTED = (list, tuple, dict, slice)
 _BACKWARD = Phase.BACKWARD | Phase.BACKWARD_NODES
 
 
@@ -201,7 +200,7 @@ def _run(plan: Plan, info: FunctionInfo, func: Callable[..., Any], args: tuple, 
     if not ranged and _profiling():
         with _record_function(info.name):
             return _run(plan, info, func, args, kwargs, frame, ranged=True)
-    inputs = _input_tensors(args, kwargs)
+    inputs = call_tensors(args, kwargs)
     present = plan.present(inputs)
     if present is None:
         if info.collective and not inputs:  # barrier, object collectives: every tool acting on the name sees it
@@ -223,24 +222,8 @@ def _run(plan: Plan, info: FunctionInfo, func: Callable[..., Any], args: tuple, 
     return out
 
 
-def _input_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensors of a call's arguments (:func:`collect_tensors`), with a fast path for flat arguments."""
-    found: list[torch.Tensor] = []
-    for value in (args, kwargs.values()) if kwargs else (args,):
-        for v in value:
-            if isinstance(v, _Tensor):
-                for t in found:
-                    if t is v:
-                        break
-                else:
-                    found.append(v)
-            elif isinstance(v, _NESTED):
-                return collect_tensors((args, kwargs), [], set())
-    return found
-
-
 def _output_tensors(out: Any) -> list[torch.Tensor]:
-    return [out] if isinstance(out, _Tensor) else collect_tensors(out, [], set())
+    return [out] if isinstance(out, _Tensor) else tensors_in(out, unique=True)
 
 
 def _call_outputs(call: OpCall, out: Any) -> list[torch.Tensor]:

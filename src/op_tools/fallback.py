@@ -17,14 +17,15 @@ from typing import Any
 import torch
 
 from diopi.env import ConfigError
+from diopi.tensor_walk import map_leaves
 from op_tools import config
 from op_tools.device_random import draws_from_cpu
 from op_tools.naming import QUIET_WRITERS
-from op_tools.protocol import OpCall, Phase, Ran, map_tensors
+from op_tools.protocol import OpCall, Phase, Ran
 from op_tools.results_tool import ResultsTool
 from op_tools.write_back import Substitution, cpu_copy, makes_view
 
-__all__ = ["HALF_DTYPES", "OpFallback", "cpu_copy", "makes_view", "map_tensors"]
+__all__ = ["HALF_DTYPES", "OpFallback", "cpu_copy", "makes_view"]
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 # Calls that change a tensor's identity or metadata rather than its values: they always run where they are.
@@ -165,8 +166,8 @@ class OpFallback(ResultsTool):
 
     def _run(self, call: OpCall, target: torch.device, func: Any, args: tuple, kwargs: dict) -> Any:
         sub = Substitution()
-        cargs = map_tensors(args, lambda v: self._to_cpu(v, sub))
-        ckwargs = map_tensors(kwargs, lambda v: self._to_cpu(v, sub))
+        cargs = map_leaves(args, lambda v: self._to_cpu(v, sub))
+        ckwargs = map_leaves(kwargs, lambda v: self._to_cpu(v, sub))
         if call.name == "torch.Tensor.to" and len(args) > 1 and isinstance(args[1], (str, int)):
             cargs = (cargs[0], self._cpu_device(args[1]), *cargs[2:])
         if isinstance(kwargs.get("device"), (str, int)):

@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from diopi.step_lines import StepLines
+from diopi.tensor_walk import tensors_in
 from op_tools import config
-from op_tools.protocol import OpCall, Phase, collect_tensors
+from op_tools.protocol import OpCall, Phase
 from op_tools.results_tool import ResultsTool
 from op_tools.tensor_stats import device_stats, tensor_stats
 
@@ -159,7 +160,7 @@ class OpOverflowCheck(ResultsTool):
     @staticmethod
     def _out_ids(call: OpCall) -> set[int]:
         out = call.kwargs.get("out") if call.kwargs else None
-        return {id(t) for t in collect_tensors(out, [], set())} if out is not None else set()
+        return {id(t) for t in tensors_in(out, unique=True)} if out is not None else set()
 
     def before(self, call: OpCall) -> _State:
         if self.lines.pending:
@@ -176,7 +177,7 @@ class OpOverflowCheck(ResultsTool):
     def _checked_outputs(self, call: OpCall) -> list[tuple[int, torch.Tensor]]:
         outputs = call.outputs
         if not outputs and call.info.inplace and call.args:  # ``x[i] = v``, ``torch._foreach_add_``: no result
-            outputs = collect_tensors(call.args[0], [], set())
+            outputs = tensors_in(call.args[0], unique=True)
         return [(k, t) for k, t in enumerate(outputs) if _checkable(t)]
 
     def _input_sources(self, call: OpCall, state: _State) -> tuple[bool, bool]:

@@ -35,8 +35,7 @@ from diopi.steps import current_step
 from op_tools.callsite import call_site
 from op_tools.naming import QUIET_WRITERS, FunctionInfo, draws_random
 
-__all__ = ["OpCall", "Phase", "Ran", "collect_tensors", "internal", "map_tensors", "print_line", "rank_prefix",
-           "report_failure"]
+__all__ = ["OpCall", "Phase", "Ran", "internal", "print_line", "rank_prefix", "report_failure"]
 
 
 class Phase(enum.Flag):
@@ -146,48 +145,3 @@ class OpCall:
 
     def release(self) -> None:
         self.args, self.kwargs, self.inputs, self.outputs, self._frame = (), {}, [], [], None
-
-
-def collect_tensors(value: Any, into: list[torch.Tensor], seen: set[int]) -> list[torch.Tensor]:
-    """Tensors in ``value`` (nested tuples, lists, dicts, slices), each object once, in encoding order."""
-    if isinstance(value, torch.Tensor):
-        if id(value) not in seen:
-            seen.add(id(value))
-            into.append(value)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            if isinstance(v, torch.Tensor):
-                if id(v) not in seen:
-                    seen.add(id(v))
-                    into.append(v)
-            elif isinstance(v, (list, tuple, dict, slice)):
-                collect_tensors(v, into, seen)
-    elif isinstance(value, dict):
-        for v in value.values():
-            collect_tensors(v, into, seen)
-    elif isinstance(value, slice):
-        collect_tensors((value.start, value.stop, value.step), into, seen)
-    return into
-
-
-def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
-    """``value`` with ``fn`` applied to every leaf in nested tuples (named or not, ``torch.return_types``),
-    lists, dicts and slices; containers are rebuilt only when a leaf changed."""
-    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        items = [map_tensors(v, fn) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        if isinstance(value, list):
-            return items
-        if hasattr(type(value), "n_fields"):  # torch.return_types structseq
-            return type(value)(items)
-        if hasattr(value, "_fields"):  # namedtuple
-            return type(value)(*items)
-        return tuple(items)
-    if isinstance(value, dict):
-        mapped = {k: map_tensors(v, fn) for k, v in value.items()}
-        return value if all(mapped[k] is value[k] for k in value) else mapped
-    if isinstance(value, slice):
-        parts = [map_tensors(p, fn) for p in (value.start, value.stop, value.step)]
-        return slice(*parts)
-    return fn(value)

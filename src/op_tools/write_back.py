@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from op_tools.protocol import collect_tensors, map_tensors
+from diopi.tensor_walk import map_leaves, tensors_in
 
 __all__ = ["Substitution", "cpu_copy", "makes_view"]
 
@@ -33,7 +33,7 @@ def makes_view(out: Any, origin: dict[int, torch.Tensor], cpu_copies: list[torch
     """Whether an output of a call on copies (``origin`` maps their ids) is a view of a copy, or shares
     storage with one of ``cpu_copies``: the call made a view (or an alias, like ``detach``)."""
     storages = {p for t in cpu_copies if (p := t.untyped_storage().data_ptr()) != 0}
-    for t in collect_tensors(out, [], set()):
+    for t in tensors_in(out, unique=True):
         if id(t) in origin:
             continue
         if t._base is not None and id(t._base) in origin:
@@ -94,7 +94,7 @@ class Substitution:
                 return value
             return self.substitute(value, lambda _: copy)
 
-        return map_tensors(args, swap_one), map_tensors(kwargs, swap_one)
+        return map_leaves(args, swap_one), map_leaves(kwargs, swap_one)
 
     def recopy(self, args: tuple, kwargs: dict,
                make_copy: Callable[[torch.Tensor], torch.Tensor | None]) -> tuple[tuple, dict]:
@@ -112,12 +112,12 @@ class Substitution:
                     self._held.append(new)
             return made[id(value)] if made[id(value)] is not None else value
 
-        return map_tensors(args, recopy_one), map_tensors(kwargs, recopy_one)
+        return map_leaves(args, recopy_one), map_leaves(kwargs, recopy_one)
 
     def run(self, func: Callable[..., Any], args: tuple, kwargs: dict, *, quiet: bool = False) -> Any:
         """``func(*args, **kwargs)`` on the swapped arguments, finding the copies it wrote: their version
         counter moved or, with ``quiet``, their values changed (copies requiring grad are never compared)."""
-        used = [t for t in collect_tensors((args, kwargs), [], set()) if id(t) in self.origin]
+        used = [t for t in tensors_in((args, kwargs), unique=True) if id(t) in self.origin]
         versions = [t._version for t in used]
         before = {id(t): t.clone() for t in used if not t.requires_grad} if quiet else {}
         self.used, self.written = used, []
@@ -150,4 +150,4 @@ class Substitution:
                 return self.origin[id(value)]
             return convert(value)
 
-        return map_tensors(out, back)
+        return map_leaves(out, back)

@@ -29,6 +29,7 @@ import torch
 import diopi
 from diopi import DiopiFunction
 from diopi.registry import dispatcher_overloads, is_composite, qualified_name
+from diopi.tensor_walk import call_tensors
 from torch_dipu import claim_backward
 from torch_dipu.op_schema import returns_view
 from torch_dipu.tensor import DipuTensor
@@ -55,16 +56,6 @@ def is_claimed(op: torch._ops.OpOverload) -> bool:
     """Whether torch_dipu claims ``op`` now (its AutogradPrivateUse1 kernel is a live claim)."""
     name = qualified_name(op)
     return name in _CLAIMED and torch._C._dispatch_has_kernel_for_dispatch_key(name, _KEY)
-
-
-def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    found = []
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, _Tensor):
-            found.append(value)
-        elif type(value) is list or type(value) is tuple:
-            found.extend(v for v in value if isinstance(v, _Tensor))
-    return found
 
 
 def _split(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Callable[[Any], tuple[tuple, dict]], Any]:
@@ -133,7 +124,7 @@ def _claim_kernel(op: torch._ops.OpOverload, fn: DiopiFunction) -> Callable[...,
     random = fn.is_random
 
     def claimed(*args: Any, **kwargs: Any) -> Any:
-        tensors = _tensors(args, kwargs)
+        tensors = call_tensors(args, kwargs)
         if not all(isinstance(t, DipuTensor) or type(t) is _Tensor for t in tensors):
             return op.decompose(*args, **kwargs)  # fake / functional tensors: PyTorch's own decomposition
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):

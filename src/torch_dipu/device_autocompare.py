@@ -32,9 +32,9 @@ import torch
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_tensors
 from diopi.env import split_list
-from diopi.impl import tensors as tensors_in
 from diopi.reference import judge_outputs, widen
 from diopi.result_table import VERDICT_NAMES, ResultTable, default_run_id, free_run_dir, process_rank
+from diopi.tensor_walk import leaves, map_leaves, tensors_in
 from torch_dipu import dispatch, kernels
 from torch_dipu.config import checked_op_list
 from torch_dipu.state import DipuState, get_state
@@ -251,15 +251,9 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 def _map(value: Any, fn: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if type(value) is list:
-        return [_map(v, fn) for v in value]
-    if type(value) is tuple:
-        return tuple(_map(v, fn) for v in value)
-    if isinstance(value, torch.device) and value.type not in ("cpu", "meta"):
-        return _CPU
-    return value
+    """``value`` with ``fn`` applied to its tensors and its accelerator devices made the CPU."""
+    return map_leaves(value, lambda v: fn(v) if isinstance(v, torch.Tensor) else
+                      _CPU if isinstance(v, torch.device) and v.type not in ("cpu", "meta") else v)
 
 
 def _same_bits(actual: torch.Tensor, before: torch.Tensor) -> bool:
@@ -346,11 +340,11 @@ class _Call:
         actual = _map(out, _host)
         judged = [] if out is None and expected is None else \
             _pair(judge_outputs(actual, expected, lambda: wide()[0], op=self.name), actual)
-        leaves = _leaves(out)
-        if len(leaves) == len(judged):  # an in-place or out= result is named by its argument (``self``, ``out``)
+        out_leaves = leaves(out)
+        if len(out_leaves) == len(judged):  # an in-place or out= result is named by its argument (``self``, ``out``)
             by_id = {id(v): n for n, v in zip(self.names, given, strict=True) if n in self.written}
             judged = [(_renamed(c, by_id[id(t)]) if id(t) in by_id and c.path == "out" else c, leaf)
-                      for (c, leaf), t in zip(judged, leaves, strict=True)]
+                      for (c, leaf), t in zip(judged, out_leaves, strict=True)]
         for name, value in zip(self.names, given, strict=True):
             if name not in self.written or all(id(t) in returned for t in tensors_in(value)):
                 continue
@@ -409,16 +403,7 @@ class _Call:
 
 def _pair(comparisons: list[TensorComparison], value: Any) -> list[tuple[TensorComparison, Any]]:
     """Each comparison with its leaf of ``value`` (None for all when the structures differ)."""
-    leaves = _leaves(value)
-    if len(leaves) != len(comparisons):
-        leaves = [None] * len(comparisons)
-    return list(zip(comparisons, leaves, strict=True))
-
-
-def _leaves(value: Any) -> list[Any]:
-    """The leaves of an output in :func:`diopi.compare.compare_outputs`' order (for dtype and shape)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        return [leaf for v in value for leaf in _leaves(v)]
-    return [value]
+    found = leaves(value)
+    if len(found) != len(comparisons):
+        found = [None] * len(comparisons)
+    return list(zip(comparisons, found, strict=True))

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import _disable_current_modes
 
+from diopi.tensor_walk import tensors_in
 from torch_dipu import dicl_watch
 from torch_dipu.dicl_watch import DiclError
 from torch_dipu.state import get_state
@@ -67,14 +68,6 @@ def _create_backend(store: Any, rank: int, size: int, timeout: datetime.timedelt
 
 
 # ---- one row per c10d op: its public name, how its tensors are checked, how it runs on storage tensors ----
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
 
 def _raw(value: Any) -> Any:
     """``value`` with every dipu tensor (nested lists too) replaced by its storage tensor."""
@@ -220,7 +213,7 @@ _OP_CODES = {name: code for code, name in enumerate(sorted(_RUNNERS), 1)}
 
 def _fingerprint(op: str, check: str, a: dict[str, Any]) -> torch.Tensor:
     kind, _, argument = check.partition(":")
-    tensors = _tensors(a[argument]) if argument else []
+    tensors = tensors_in(a[argument]) if argument else []
     values = [_OP_CODES[op], len(tensors), -1, -1, *([-1] * _MAX_DIMS), sum(t.numel() for t in tensors),
               int(kind == "dtype")]
     if tensors:
@@ -373,7 +366,7 @@ def _results(func: torch._ops.OpOverload, a: dict[str, Any]) -> Any:
     """
     written = a[func._schema.arguments[0].name]
     future: torch.futures.Future = torch.futures.Future()
-    future.set_result(_tensors(written))
+    future.set_result(tensors_in(written))
     work = _c10d._create_work_from_future(future).boxed()
     if len(func._schema.returns) == 1:
         return work

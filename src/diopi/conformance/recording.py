@@ -20,8 +20,8 @@ from torch.utils._pytree import tree_map
 
 import diopi
 from diopi.case_format import host_span, rebuild_tensor, tensor_meta
-from diopi.impl import tensors
 from diopi.registry import dispatcher_overloads, is_composite, qualified_name
+from diopi.tensor_walk import tensors_in
 
 
 @dataclass
@@ -127,7 +127,7 @@ def record_backward(function: str, forward: Callable[[], Any], generator: torch.
     """Run ``forward()`` (whose differentiable inputs require grad), then ``backward()`` from every floating output
     that requires grad with a random gradient drawn from ``generator``; the calls of ``function`` made during the
     backward pass."""
-    outputs = [t for t in tensors(forward()) if t.requires_grad and t.dtype.is_floating_point]
+    outputs = [t for t in tensors_in(forward()) if t.requires_grad and t.dtype.is_floating_point]
     if not outputs:
         return []
     grads = [torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.dtype) for t in outputs]

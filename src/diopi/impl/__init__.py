@@ -3,20 +3,9 @@ the helpers their kernel wrappers share (here so that vendors and :mod:`diopi.ad
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-__all__ = ["tensors", "written_arguments"]
-
-
-def tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors in ``value``: a tensor, or (nested) lists and tuples of them."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors(v)]
-    return []
+__all__ = ["written_arguments"]
 
 
 def written_arguments(op: torch._ops.OpOverload) -> tuple[list[int], list[str]]:

@@ -36,9 +36,10 @@ from typing import Any
 import torch
 
 from diopi.env import ConfigError, compile_op_list, split_list
-from diopi.impl import tensors, written_arguments
+from diopi.impl import written_arguments
 from diopi.op_names import CheckedOpList, aten_names
 from diopi.registry import DiopiFunction, Kernel, aten_packet_name
+from diopi.tensor_walk import tensors_in
 
 __all__ = ["DEFAULT_PARAMS", "Fault", "inject", "op_names", "parse_faults"]
 
@@ -141,7 +142,7 @@ def parse_faults(text: str, source: str = "DROPLET_FAULTS") -> list[Fault]:
 
 
 def _float_results(result: Any) -> list[torch.Tensor]:
-    return [t for t in tensors(result) if t.is_floating_point() and t.numel() > 0]
+    return [t for t in tensors_in(result) if t.is_floating_point() and t.numel() > 0]
 
 
 def _scratch_copy(value: Any) -> Any:
