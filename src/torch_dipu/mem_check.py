@@ -51,7 +51,10 @@ _LIBRARY_DIRS: tuple[str, ...] = ()
 def _user_frames(depth: int, whole: bool) -> list[Frame]:
     """The caller's frames outside the library packages, innermost first (``whole``: all, else the first)."""
     frames: list[Frame] = []
-    frame = sys._getframe(depth)
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # a shallower stack (a block freed by the garbage collector at exit): no user frame
+        return frames
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_LIBRARY_DIRS):
