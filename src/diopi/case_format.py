@@ -34,6 +34,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "TENSORS_FILE",
+    "CaseBuilder",
     "CaseFormatError",
     "Encoder",
     "LoadedCase",
@@ -46,11 +47,14 @@ __all__ = [
     "device_type",
     "dtype_from_name",
     "dtype_name",
+    "host_copy",
     "host_span",
     "library_versions",
     "load_case",
+    "load_tensors",
     "rebuild_tensor",
     "storage_span",
+    "write_case",
     "write_json",
     "write_tensors",
 ]
@@ -61,7 +65,6 @@ CASE_FILE = "case.json"
 TENSORS_FILE = "tensors.safetensors"
 BACKWARD_FILE = "backward.safetensors"
 
-# dtypes safetensors stores natively; others are stored as raw bytes (uint8) and viewed back.
 # dtypes safetensors stores natively, with their names in its header; others are stored as raw bytes (U8)
 # and viewed back with the dtype recorded in case.json.
 _SAFETENSORS_DTYPES = {
@@ -204,6 +207,12 @@ class Encoder:
         return key
 
 
+def host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of ``t`` with its shape, strides and storage offset, and no autograd history (the storage
+    elements it reaches are copied in one pass, so overlapping and non-contiguous layouts are kept)."""
+    return rebuild_tensor(tensor_meta(t), host_span(t), "cpu")
+
+
 def tensor_meta(t: torch.Tensor) -> dict[str, Any]:
     """The layout record of one tensor."""
     return {
@@ -251,6 +260,59 @@ def build_record(*, tool: str, op: str, call_id: int, step: int, rank: int, call
         "versions": dict(versions if versions is not None else library_versions()),
         "collective": collective, "replayable": collective is None,
     }
+
+
+class CaseBuilder:
+    """One case being assembled; every writer of cases (op capture, auto-compare, upstream import, conformance,
+    module dumps) builds its case here. Values are encoded by role, each role an :class:`Encoder` named by its
+    key prefix (``i`` the call's arguments, ``o`` its outputs, ``r`` reference outputs, ``w`` written arguments,
+    ``p`` a module's state); :meth:`record` and :attr:`data` take all roles together."""
+
+    def __init__(self, allocate: Callable[[int, torch.dtype], torch.Tensor] | None = None) -> None:
+        self.allocate = allocate
+        self.encoders: dict[str, Encoder] = {}
+        self.args: Any = None
+        self.kwargs: Any = None
+
+    def encoder(self, prefix: str) -> Encoder:
+        """The encoder of one role (made on first use)."""
+        enc = self.encoders.get(prefix)
+        if enc is None:
+            enc = self.encoders[prefix] = Encoder(prefix, allocate=self.allocate)
+        return enc
+
+    def encode(self, prefix: str, value: Any) -> Any:
+        """``value`` encoded in role ``prefix``."""
+        return self.encoder(prefix).encode(value)
+
+    def encode_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Encode a call's arguments (role ``i``) as the record's ``args`` and ``kwargs``."""
+        enc = self.encoder("i")
+        self.args, self.kwargs = enc.encode(list(args)), {k: enc.encode(v) for k, v in kwargs.items()}
+
+    @property
+    def meta(self) -> dict[str, dict[str, Any]]:
+        """The layout of every tensor encoded so far, by key."""
+        return {k: m for e in self.encoders.values() for k, m in e.meta.items()}
+
+    @property
+    def data(self) -> dict[str, torch.Tensor]:
+        """The host copy of every tensor encoded so far, by key."""
+        return {k: t for e in self.encoders.values() for k, t in e.data.items()}
+
+    def record(self, **fields: Any) -> dict[str, Any]:
+        """The case record (:func:`build_record`) with this case's arguments, tensors and opaque values; ``fields``
+        are build_record's others."""
+        return build_record(args=self.args, kwargs=self.kwargs, tensors=self.meta,
+                            opaque=[o for e in self.encoders.values() for o in e.opaque], **fields)
+
+
+def write_case(folder: Path, record: dict[str, Any], data: dict[str, torch.Tensor] | None) -> int:
+    """Write one case to ``folder`` (made if missing): its tensors (when ``data`` is given), then ``case.json``,
+    last, so that a folder without it is an unfinished case that readers skip. Returns bytes written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = write_tensors(folder / TENSORS_FILE, data) if data is not None else 0
+    return written + write_json(folder / CASE_FILE, record)
 
 
 def backward_section() -> dict[str, Any]:
@@ -466,7 +528,8 @@ def device_type(device: str) -> str:
     return device.split(":", 1)[0]
 
 
-def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+def load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; :class:`CaseFormatError` names a file that cannot be read."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -502,10 +565,10 @@ def load_case(case_dir: str | Path) -> LoadedCase:
         raise CaseFormatError(f"{case_file}: every entry of 'tensors' must be an object")
     data: dict[str, torch.Tensor] = {}
     if record.get("mode", "data") == "data":
-        data.update(_load_safetensors(case_dir / TENSORS_FILE))
+        data.update(load_tensors(case_dir / TENSORS_FILE))
         backward = record.get("backward")
         if isinstance(backward, dict) and any(k not in data for k in backward.get("tensors", {})):
-            data.update(_load_safetensors(case_dir / BACKWARD_FILE))
+            data.update(load_tensors(case_dir / BACKWARD_FILE))
     missing = [k for k in record["tensors"] if k not in data] if record.get("mode", "data") == "data" else []
     if missing:
         raise CaseFormatError(f"{case_dir / TENSORS_FILE}: tensors {missing} of case.json are not stored")

@@ -21,9 +21,10 @@ from typing import IO, Any
 
 from diopi.compare import Verdict
 from diopi.env import env_int
+from diopi.tensor_walk import map_leaves
 
-__all__ = ["COLUMNS", "VERDICTS", "VERDICT_NAMES", "ResultTable", "default_run_id", "free_run_dir", "launch_run_id",
-           "print_line", "process_rank", "process_world_size", "rank_prefix", "read_rows"]
+__all__ = ["COLUMNS", "VERDICTS", "VERDICT_NAMES", "ResultTable", "default_run_id", "free_run_dir", "json_value",
+           "launch_run_id", "print_line", "process_rank", "process_world_size", "rank_prefix", "read_rows"]
 
 #: The columns of ``results.csv`` (``results.jsonl`` has the same keys, plus any extra fields a tool adds).
 #: ``rank`` (the process's rank, on every row) is last, so readers of the older files by position still work.
@@ -124,10 +125,11 @@ def free_run_dir(tool_root: Path, run_id: str, rank: int) -> Path:
     return run_dir
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
+def json_value(value: Any) -> Any:
+    """``value`` (nested dicts and lists too) with NaN as null and infinities as ``"inf"``/``"-inf"``: how a
+    results row holds a non-finite number, since JSON has none."""
+    return map_leaves(value, lambda v: v if not isinstance(v, float) or math.isfinite(v) else
+                      None if math.isnan(v) else ("inf" if v > 0 else "-inf"))
 
 
 def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -205,7 +207,7 @@ class ResultTable:
             try:
                 text = json.dumps(row, allow_nan=False)
             except ValueError:  # NaN or infinite metrics: null / "inf" / "-inf"
-                text = json.dumps({k: _json_value(v) for k, v in row.items()}, allow_nan=False)
+                text = json.dumps(json_value(row), allow_nan=False)
             self._jsonl.write(text + "\n")
             self._csv.writerow(["" if (v := row.get(c)) is None else v for c in self.columns])
         except (OSError, ValueError, TypeError) as exc:

@@ -20,11 +20,13 @@ Errors and exit statuses (docs/cli.md):
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ditorch import __version__
 from ditorch.arguments import EXIT_USAGE, ArgumentParser, Refused, first_positional, int_at_least, positive_float, seed
@@ -62,60 +64,12 @@ def _generate(args: argparse.Namespace) -> int:
                         device=args.device, dtype=args.dtype, block_size=args.block_size)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from ditorch import run
-
-    return run.handle(args)
-
-
-def _profile(args: argparse.Namespace) -> int:
-    from ditorch import profiling
-
-    return profiling.handle(args)
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from op_tools import run_op_from_data
-
-    return run_op_from_data.run(args)
-
-
-def _report(args: argparse.Namespace) -> int:
-    from op_tools import report
-
-    return report.run(args)
-
-
-def _dump_modules(args: argparse.Namespace) -> int:
-    from module_tools import dump_command
-
-    return dump_command.handle(args)
-
-
-def _compare_runs(args: argparse.Namespace) -> int:
-    from module_tools import compare_command
-
-    return compare_command.handle(args)
-
-
-def _parity(args: argparse.Namespace) -> int:
-    from module_tools import parity_command
-
-    return parity_command.handle(args)
-
-
 def _conformance(args: argparse.Namespace) -> int:
     if getattr(args, "conformance_command", None) is None:
         raise Refused("no conformance command given (choose from count, gen, run, from-capture)")
     from diopi.conformance import cli as conformance
 
     return conformance.handle(args, prog="ditorch conformance")
-
-
-def _from_capture(args: argparse.Namespace) -> int:
-    from op_tools import conformance_cases
-
-    return conformance_cases.run(args)
 
 
 # -- checks before any work (no torch: a missing file answers at once) --------------------------------------------
@@ -264,6 +218,22 @@ class Command:
     fill: Callable[[argparse.ArgumentParser], None]
 
 
+def _plugged(module: str, handler: str, description: str, usage: str | None = None,
+             **defaults: Any) -> Callable[[argparse.ArgumentParser], None]:
+    """The ``fill`` of a command whose module plugs in with ``add_arguments(parser)`` and a ``handler`` function;
+    ``defaults`` (``check``, ``script_runs``, ``prog_name``) go to the parser."""
+
+    def fill(p: argparse.ArgumentParser) -> None:
+        plugged = importlib.import_module(module)
+        p.description = description
+        if usage is not None:
+            p.usage = usage
+        plugged.add_arguments(p)
+        p.set_defaults(handler=getattr(plugged, handler), **defaults)
+
+    return fill
+
+
 def _fill_demo(p: argparse.ArgumentParser) -> None:
     from ditorch.models import DEFAULT_LR, DEFAULT_MODEL, DEFAULT_SEED, DEFAULT_STEPS, FAMILIES
 
@@ -328,87 +298,6 @@ def _fill_info(p: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_info, check=_check_info)
 
 
-def _fill_run(p: argparse.ArgumentParser) -> None:
-    from ditorch import run
-
-    p.usage = "%(prog)s [options] -- script.py [args ...]"
-    p.description = ("Import ditorch (vendor adapter and cuda mocking), then run the script as __main__ with its own "
-                     "arguments, as `python script.py args` would. Options before '--' are ditorch's (they switch "
-                     "op_tools' checking tools on for the whole script); the script's exit status and exceptions "
-                     "propagate.")
-    run.add_arguments(p)
-    p.set_defaults(handler=_run, check=_check_script, script_runs=True)
-
-
-def _fill_profile(p: argparse.ArgumentParser) -> None:
-    from ditorch import profiling
-
-    p.usage = "%(prog)s [options] -- script.py [args ...]"
-    p.description = ("Run the script as `ditorch run` does, under torch.profiler (CPU activities), with op_tools' "
-                     "engine active so every API call (torch.nn.functional.linear, ...) is a named range and dipu "
-                     "kernels appear under their DIOPI names. Then write the trace (Chrome/Perfetto JSON) and print "
-                     "the summary table and the trace's path to stderr. The script's exit status propagates.")
-    profiling.add_arguments(p)
-    p.set_defaults(handler=_profile, check=_check_profile, script_runs=True)
-
-
-def _fill_replay(p: argparse.ArgumentParser) -> None:
-    from op_tools import run_op_from_data
-
-    p.description = ("Rebuild every case under DIR (an OpCapture run folder, searched recursively) on a device with "
-                     "its recorded layout, run it forward and backward, and compare with what was captured (bitwise "
-                     "and by the comparison rules), with the vendor's device set up by `import ditorch`. Same as "
-                     "`python -m op_tools.run_op_from_data`, which sets up no vendor device. Exit status 1 if any "
-                     "case failed or could not be replayed, 2 when DIR holds no captured case.")
-    run_op_from_data.add_arguments(p)
-    p.set_defaults(handler=_replay, check=_check_replay, prog_name="ditorch replay")
-
-
-def _fill_report(p: argparse.ArgumentParser) -> None:
-    from op_tools import report
-
-    p.description = ("Find every results.jsonl under DIR (a run folder, or any folder above run folders) and write "
-                     "a self-contained report.html next to each; print each path written. Exit status 2 when DIR "
-                     "holds no results.jsonl or one cannot be read.")
-    report.add_arguments(p)
-    p.set_defaults(handler=_report, check=_check_report, prog_name="ditorch report")
-
-
-def _fill_dump_modules(p: argparse.ArgumentParser) -> None:
-    from module_tools import dump_command
-
-    p.usage = ("%(prog)s [--out DIR] [--stats-only] [--steps S] [--stop-after N] [--fixed-input REF_DUMP] -- "
-               "script.py [args ...]")
-    p.description = ("Run the script as `ditorch run` does, with a ModuleDump of its model (the first module with "
-                     "parameters called at the outermost level): inputs, outputs, parameters and their gradients of "
-                     "every module call, full tensors or statistics (docs/module_tools.md).")
-    dump_command.add_arguments(p)
-    p.set_defaults(handler=_dump_modules, check=_check_dump_modules, script_runs=True)
-
-
-def _fill_compare_runs(p: argparse.ArgumentParser) -> None:
-    from module_tools import compare_command
-
-    p.description = ("Align two ModuleDump runs module by module (wrappers such as DDP's `module.` stripped), judge "
-                     "every tensor with diopi.compare and print the first divergence in forward and in backward "
-                     "order; exit 0 without divergence, 1 with one, 2 on a bad dump (docs/module_tools.md).")
-    compare_command.add_arguments(p)
-    p.set_defaults(handler=_compare_runs, check=_check_compare_runs)
-
-
-def _fill_parity(p: argparse.ArgumentParser) -> None:
-    from module_tools import parity_command
-
-    p.usage = ("%(prog)s [--steps N] [--out DIR] [--stats-only] [--reference DIR] [--fixed-input] -- script.py "
-               "[args ...]")
-    p.description = ("Run the unmodified script twice with the same seeds, on the CPU (cuda mapped to the CPU) and on "
-                     "the device (random calls drawn from the CPU generator), dump both for N steps with ModuleDump "
-                     "and print 'no divergence in N steps' or the first divergent module; exit 0 none, 1 divergence, "
-                     "2 a run failed or nothing aligns (docs/module_tools.md).")
-    parity_command.add_arguments(p)
-    p.set_defaults(handler=_parity, check=_check_parity)
-
-
 def _fill_conformance(p: argparse.ArgumentParser) -> None:
     from diopi.conformance import cli as conformance
     from op_tools import conformance_cases
@@ -420,7 +309,68 @@ def _fill_conformance(p: argparse.ArgumentParser) -> None:
     sub = subcommands.add_parser("from-capture", help="turn OpCapture output into conformance cases of the DIOPI "
                                                       "functions the captured calls make (model cases)")
     conformance_cases.add_arguments(sub)
-    sub.set_defaults(handler=_from_capture)
+    sub.set_defaults(handler=conformance_cases.run)
+
+
+_fill_run = _plugged(
+    "ditorch.run", "handle",
+    ("Import ditorch (vendor adapter and cuda mocking), then run the script as __main__ with its own "
+     "arguments, as `python script.py args` would. Options before '--' are ditorch's (they switch "
+     "op_tools' checking tools on for the whole script); the script's exit status and exceptions "
+     "propagate."),
+    usage="%(prog)s [options] -- script.py [args ...]",
+    check=_check_script, script_runs=True)
+
+_fill_profile = _plugged(
+    "ditorch.profiling", "handle",
+    ("Run the script as `ditorch run` does, under torch.profiler (CPU activities), with op_tools' "
+     "engine active so every API call (torch.nn.functional.linear, ...) is a named range and dipu "
+     "kernels appear under their DIOPI names. Then write the trace (Chrome/Perfetto JSON) and print "
+     "the summary table and the trace's path to stderr. The script's exit status propagates."),
+    usage="%(prog)s [options] -- script.py [args ...]",
+    check=_check_profile, script_runs=True)
+
+_fill_replay = _plugged(
+    "op_tools.run_op_from_data", "run",
+    ("Rebuild every case under DIR (an OpCapture run folder, searched recursively) on a device with "
+     "its recorded layout, run it forward and backward, and compare with what was captured (bitwise "
+     "and by the comparison rules), with the vendor's device set up by `import ditorch`. Same as "
+     "`python -m op_tools.run_op_from_data`, which sets up no vendor device. Exit status 1 if any "
+     "case failed or could not be replayed, 2 when DIR holds no captured case."),
+    check=_check_replay, prog_name="ditorch replay")
+
+_fill_report = _plugged(
+    "op_tools.report", "run",
+    ("Find every results.jsonl under DIR (a run folder, or any folder above run folders) and write "
+     "a self-contained report.html next to each; print each path written. Exit status 2 when DIR "
+     "holds no results.jsonl or one cannot be read."),
+    check=_check_report, prog_name="ditorch report")
+
+_fill_dump_modules = _plugged(
+    "module_tools.dump_command", "handle",
+    ("Run the script as `ditorch run` does, with a ModuleDump of its model (the first module with "
+     "parameters called at the outermost level): inputs, outputs, parameters and their gradients of "
+     "every module call, full tensors or statistics (docs/module_tools.md)."),
+    usage=("%(prog)s [--out DIR] [--stats-only] [--steps S] [--stop-after N] [--fixed-input REF_DUMP] -- "
+           "script.py [args ...]"),
+    check=_check_dump_modules, script_runs=True)
+
+_fill_compare_runs = _plugged(
+    "module_tools.compare_command", "handle",
+    ("Align two ModuleDump runs module by module (wrappers such as DDP's `module.` stripped), judge "
+     "every tensor with diopi.compare and print the first divergence in forward and in backward "
+     "order; exit 0 without divergence, 1 with one, 2 on a bad dump (docs/module_tools.md)."),
+    check=_check_compare_runs)
+
+_fill_parity = _plugged(
+    "module_tools.parity_command", "handle",
+    ("Run the unmodified script twice with the same seeds, on the CPU (cuda mapped to the CPU) and on "
+     "the device (random calls drawn from the CPU generator), dump both for N steps with ModuleDump "
+     "and print 'no divergence in N steps' or the first divergent module; exit 0 none, 1 divergence, "
+     "2 a run failed or nothing aligns (docs/module_tools.md)."),
+    usage=("%(prog)s [--steps N] [--out DIR] [--stats-only] [--reference DIR] [--fixed-input] -- script.py "
+           "[args ...]"),
+    check=_check_parity)
 
 
 COMMANDS: tuple[Command, ...] = (

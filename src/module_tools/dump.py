@@ -126,40 +126,34 @@ class _CaseDraft:
 
     def __init__(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                  inputs: list[torch.Tensor], device: str) -> None:
-        self.inputs, self.state_enc, self.outputs = cf.Encoder("i"), cf.Encoder("p"), cf.Encoder("o")
-        self.args = self.inputs.encode(list(args))
-        self.kwargs = {k: self.inputs.encode(v) for k, v in kwargs.items()}
-        self.names = {f"input.{i}": self.inputs.key_of(t) or self.inputs.encode(t)["tensor"]
-                      for i, t in enumerate(inputs)}
-        self.state = encode_module(module, self.state_enc)
-        self.names.update({f"param.{k}": self.state_enc.key_of(p) for k, p in module._parameters.items()
-                           if p is not None})
+        self.case = cf.CaseBuilder()
+        self.case.encode_call(args, kwargs)
+        given, state = self.case.encoder("i"), self.case.encoder("p")
+        self.names = {f"input.{i}": given.key_of(t) or given.encode(t)["tensor"] for i, t in enumerate(inputs)}
+        self.state = encode_module(module, state)
+        self.names.update({f"param.{k}": state.key_of(p) for k, p in module._parameters.items() if p is not None})
         self.out: Any = None
         self.rng = rng_state(torch.device(device))
         self.random = False
 
     def finish(self, output: Any, outputs: list[torch.Tensor], device: str) -> None:
-        self.out = self.outputs.encode(output)
-        self.names.update({f"output.{i}": self.outputs.key_of(t) or self.outputs.encode(t)["tensor"]
-                           for i, t in enumerate(outputs)})
+        enc = self.case.encoder("o")
+        self.out = enc.encode(output)
+        self.names.update({f"output.{i}": enc.key_of(t) or enc.encode(t)["tensor"] for i, t in enumerate(outputs)})
         after = rng_state(torch.device(device))  # a call that drew random numbers does not replay by value
         self.random = any(not torch.equal(a[1], b[1]) for a, b in zip(self.rng, after, strict=False))
         self.rng = []
 
     def data_size(self) -> int:
         """Bytes of tensor data the case holds."""
-        return sum(t.nbytes for e in (self.inputs, self.state_enc, self.outputs) for t in e.data.values())
+        return sum(t.nbytes for t in self.case.data.values())
 
     def write(self, folder: Path, entry: _Entry, device: str) -> None:
-        encoders = (self.inputs, self.state_enc, self.outputs)
-        record = cf.build_record(
+        record = self.case.record(
             tool="ModuleDump", op=self.state["class"], call_id=entry.call, step=entry.step, rank=process_rank(),
-            call_site=None, device=device, inplace=False, random=self.random, mode="data", args=self.args,
-            kwargs=self.kwargs, outputs=self.out, tensors={k: v for e in encoders for k, v in e.meta.items()},
-            opaque=[o for e in encoders for o in e.opaque])
+            call_site=None, device=device, inplace=False, random=self.random, mode="data", outputs=self.out)
         record["module"] = {"path": entry.module, "names": self.names, "state": self.state}
-        cf.write_tensors(folder / cf.TENSORS_FILE, {k: v for e in encoders for k, v in e.data.items()})
-        cf.write_json(folder / cf.CASE_FILE, record)  # last: a folder without case.json is not a case
+        cf.write_case(folder, record, self.case.data)
 
 
 class _Records(list):
@@ -442,10 +436,10 @@ class ModuleDump(OpTool):
             tensors = {k: v for k, v in entry.tensors.items() if v is not None}
 
             def write() -> None:  # on op_tools' writer thread: the training thread only copies
-                target.mkdir(parents=True, exist_ok=True)
                 if case is not None:
                     case.write(target, entry, device)
                 else:
+                    target.mkdir(parents=True, exist_ok=True)
                     cf.write_tensors(target / cf.TENSORS_FILE, tensors)
 
             data = case.data_size() if case is not None else sum(t.nbytes for t in tensors.values())

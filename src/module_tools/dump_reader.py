@@ -80,13 +80,10 @@ class Dump:
                 return {name: cf.rebuild_tensor(metas[key], case.data[key], "cpu") for name, key in names.items()}
             except (cf.CaseFormatError, KeyError, TypeError) as exc:
                 raise DumpError(f"{folder / cf.CASE_FILE}: not a readable module call case ({exc})") from None
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         try:
-            return load_file(str(file))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise DumpError(f"{file}: not a readable safetensors file ({exc})") from None
+            return cf.load_tensors(file)
+        except cf.CaseFormatError as exc:
+            raise DumpError(str(exc)) from None
 
 
 def _index_file(path: Path) -> Path:

@@ -48,10 +48,7 @@ __all__ = ["OpAutoCompare"]
 class _CallState:
     """What one call keeps until its backward pass: host copies of the inputs and their encoding."""
 
-    args: list[Any]
-    kwargs: dict[str, Any]
-    meta: dict[str, dict[str, Any]]
-    spans: dict[str, torch.Tensor]
+    case: cf.CaseBuilder | None  # the call's arguments with host copies (role ``i``); None once released
     writes: bool
     versions: list[int]
     device_inputs: list[torch.Tensor] | None
@@ -131,18 +128,17 @@ class OpAutoCompare(ResultsTool):
         if self.lines.pending:
             self.lines.poll(call.step)
         if call.random:
-            return _CallState([], {}, {}, {}, False, [], None, skip="random op")
+            return _CallState(None, False, [], None, skip="random op")
         distributed = needs_other_ranks(call.info, call.inputs)
         if distributed is not None:  # a CPU re-run would need the other ranks (a deadlock, a double reduction)
-            return _CallState([], {}, {}, {}, False, [], None, skip=f"{distributed}: not compared")
+            return _CallState(None, False, [], None, skip=f"{distributed}: not compared")
         if call.info.uninitialized:
-            return _CallState([], {}, {}, {}, False, [], None, skip="no comparable value")
-        enc = cf.Encoder("i")
-        args = enc.encode(list(call.args))
-        kwargs = {k: enc.encode(v) for k, v in call.kwargs.items()}
-        writes = call.may_write_inputs()
+            return _CallState(None, False, [], None, skip="no comparable value")
+        case = cf.CaseBuilder()
+        case.encode_call(call.args, call.kwargs)
+        enc = case.encoder("i")
         inputs = list(enc.tensors.values())
-        state = _CallState(args, kwargs, enc.meta, enc.data, writes, [t._version for t in inputs], inputs)
+        state = _CallState(case, call.may_write_inputs(), [t._version for t in inputs], inputs)
         if enc.opaque:
             state.skip = f"argument not comparable ({', '.join(enc.opaque)})"
         state.autocast = torch.is_autocast_enabled(self.device_type)
@@ -187,14 +183,15 @@ class OpAutoCompare(ResultsTool):
         if call.backward_hooked:
             state.outputs_host = actual
         else:
-            state.spans = {}
+            state.case = None
 
     def _reference(self, call: OpCall, state: _CallState, wide: bool = False,
                    grad: bool = False) -> tuple[Any, dict[str, torch.Tensor]]:
         """Run the call on the CPU on fresh copies of the inputs (float64 ones with ``wide``)."""
         tensors = {}
-        for key, meta in state.meta.items():
-            span = state.spans[key]
+        inputs = state.case.encoder("i")
+        for key, meta in inputs.meta.items():
+            span = inputs.data[key]
             target = None
             if wide and (span.is_floating_point() or span.is_complex()):
                 target = torch.complex128 if span.is_complex() else torch.float64
@@ -208,8 +205,8 @@ class OpAutoCompare(ResultsTool):
                 continue
             tensors[key] = cf.rebuild_tensor(meta, span, "cpu")
         device_map = {self.device_type: "cpu"}
-        args = cf.decode_value(state.args, tensors, device_map)
-        kwargs = {k: cf.decode_value(v, tensors, device_map) for k, v in state.kwargs.items()}
+        args = cf.decode_value(state.case.args, tensors, device_map)
+        kwargs = {k: cf.decode_value(v, tensors, device_map) for k, v in state.case.kwargs.items()}
         if not grad:
             with torch.no_grad():
                 return call.func(*args, **kwargs), tensors
@@ -231,7 +228,7 @@ class OpAutoCompare(ResultsTool):
             expected = self._reference_grads(reference, grad_inputs, grad_outputs)
         except Exception as exc:
             self._row(call, "backward", "SKIP", "-", message=f"no CPU reference: {type(exc).__name__}: {exc}")
-            state.spans, state.outputs_host = {}, None
+            state.case, state.outputs_host = None, None
             return
         comparisons = [compare_tensors(grad_inputs[j], ref.to(grad_inputs[j].dtype), op=call.name, atol=self.atol,
                                        rtol=self.rtol, noise_factor=self.noise_factor, path=f"grad_input[{j}]")
@@ -251,7 +248,7 @@ class OpAutoCompare(ResultsTool):
                                                    (grad_inputs, grad_outputs))
         for c in comparisons:
             self._comparison_row(call, "backward", c, state.saved_case)
-        state.spans, state.outputs_host = {}, None
+        state.case, state.outputs_host = None, None
 
     def _graph_reference(self, call: OpCall, state: _CallState,
                          wide: bool = False) -> tuple[Any, dict[str, torch.Tensor], dict[int, torch.Tensor]]:
@@ -259,13 +256,14 @@ class OpAutoCompare(ResultsTool):
         that require grad as leaves (by input index). Each input gets a non-leaf holder (a clone, or the cast
         autocast applies), so in-place ops are allowed and gradients reach the leaf."""
         (args, kwargs), tensors = self._reference(call, state, wide=wide, grad=True)
+        meta = state.case.encoder("i").meta
         cast = state.cast_to if not wide else None
         leaves: dict[int, torch.Tensor] = {}
         swap: dict[int, torch.Tensor] = {}
         with torch.enable_grad():
             for key, t in list(tensors.items()):
                 floating = t.is_floating_point()
-                if state.meta[key].get("requires_grad") and (floating or t.is_complex()):
+                if meta[key].get("requires_grad") and (floating or t.is_complex()):
                     leaves[int(key[1:])] = t.requires_grad_()
                     holder = t.to(cast, copy=True) if cast is not None and floating else t.clone()
                 elif cast is not None and floating and t.dtype != cast:
@@ -322,38 +320,29 @@ class OpAutoCompare(ResultsTool):
             return None
         relative = f"cases/{op_dir_name(call.name)}/{call.call_id}"
         case_dir = self.run_dir / relative
-        device = next((m["device"] for m in state.meta.values() if cf.device_type(m["device"]) == self.device_type),
-                      self.device_type)
-        out_enc = cf.Encoder("o")
-        outputs = out_enc.encode(actual)
-        for meta in out_enc.meta.values():
+        case = state.case
+        device = next((m["device"] for m in case.encoder("i").meta.values()
+                       if cf.device_type(m["device"]) == self.device_type), self.device_type)
+        outputs = case.encode("o", actual)
+        for meta in case.encoder("o").meta.values():
             meta["device"] = device
-        tensors = {**state.meta, **out_enc.meta}
-        data = {**state.spans, **out_enc.data}
-        reference_outputs = None
-        if expected is not None:
-            ref_enc = cf.Encoder("r")
-            reference_outputs = ref_enc.encode(expected)
-            tensors.update(ref_enc.meta)
-            data.update(ref_enc.data)
+        reference_outputs = case.encode("r", expected) if expected is not None else None
+        data = case.data
         section: dict[str, Any] | None = None
         if grads is not None:
             section = cf.backward_section()
-            output_keys = [out_enc.key_of(t) for t in tensors_in(actual, unique=True)]
+            output_keys = [case.encoder("o").key_of(t) for t in tensors_in(actual, unique=True)]
             for name, by_index, keys in (("grad_inputs", grads[0], None), ("grad_outputs", grads[1], output_keys)):
                 for index, g in by_index.items():
                     key = f"i{index}" if keys is None else (keys[index] if index < len(keys) else None)
                     if key is not None and isinstance(g, torch.Tensor):
                         cf.add_gradient(section, data, name, key, g, device)
-        record = cf.build_record(
+        record = case.record(
             tool="OpAutoCompare", op=call.name, call_id=call.call_id, step=call.step, rank=process_rank(),
             call_site=call.call_site, device=device, inplace=state.writes, random=call.random, mode="data",
-            args=state.args, kwargs=state.kwargs, outputs=outputs, tensors=tensors, backward=section,
-            reference_outputs=reference_outputs)
+            outputs=outputs, backward=section, reference_outputs=reference_outputs)
         try:
-            case_dir.mkdir(parents=True, exist_ok=True)
-            cf.write_tensors(case_dir / cf.TENSORS_FILE, data)
-            cf.write_json(case_dir / cf.CASE_FILE, record)
+            cf.write_case(case_dir, record, data)
         except OSError as exc:
             print_line(f"OpAutoCompare: could not save {case_dir} ({exc.strerror or exc})")
             return None

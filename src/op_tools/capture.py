@@ -56,12 +56,8 @@ def op_dir_name(op: str) -> str:
 class _CaseState:
     """What one capture keeps between the forward and the backward of a call (no tensors)."""
 
-    args: Any
-    kwargs: Any
-    meta: dict[str, dict[str, Any]]
-    data: dict[str, torch.Tensor] | None
+    case: cf.CaseBuilder | None  # a data capture's case until its forward part is recorded
     input_keys: list[str | None]
-    opaque: list[str]
     output_keys: list[str | None] = field(default_factory=list)
     case_dir: Path | None = None
     device: str = "cpu"
@@ -126,7 +122,6 @@ class OpCapture(OpTool):
         self._writes_inputs: set[str] = set()  # ops seen writing into inputs their name does not say they write
         self._lock = threading.Lock()
         self._pool = HostBufferPool(queue_bytes)
-        self._op_dirs: set[Path] = set()
         self._pending: dict[int, tuple[_CaseState, dict[str, Any], dict[str, torch.Tensor]]] = {}
         self._pending_bytes = 0
         self._pending_step = 0
@@ -218,16 +213,15 @@ class OpCapture(OpTool):
             self._flush_rows()  # a new step: read the statistics of the last one (one copy per device)
         if self.mode == "stats":  # no case, only statistics
             keys = [f"i{j}" for j in range(len(call.inputs))]
-            state = _CaseState(None, None, {}, None, keys, [])
+            state = _CaseState(None, keys)
             if self._may_write_inputs(call):  # reduce the inputs now, before the call changes them
                 state.stats = _device_stats(keys, call.inputs)
             else:  # with the outputs, in one device call; the versions tell if the call wrote them after all
                 state.input_versions = [t._version for t in call.inputs]
             return state
-        enc = cf.Encoder("i", allocate=self._pool.take)
-        args = enc.encode(list(call.args))
-        kwargs = {k: enc.encode(v) for k, v in call.kwargs.items()}
-        return _CaseState(args, kwargs, enc.meta, enc.data, [enc.key_of(t) for t in call.inputs], enc.opaque)
+        case = cf.CaseBuilder(allocate=self._pool.take)
+        case.encode_call(call.args, call.kwargs)
+        return _CaseState(case, [case.encoder("i").key_of(t) for t in call.inputs])
 
     def after(self, call: OpCall, state: _CaseState | None, output: Any) -> None:
         if state is None or self._writer is None:
@@ -235,27 +229,25 @@ class OpCapture(OpTool):
         if self.mode == "stats":
             self._after_stats(call, state)
             return
-        enc = cf.Encoder("o", allocate=self._pool.take)
+        case, state.case = state.case, None
+        enc = case.encoder("o")
         # A collective returns None or a work handle: its outputs are the tensors it wrote, after the call.
         outputs = enc.encode(list(call.outputs) if call.info.collective else output)
         state.output_keys = [enc.key_of(t) for t in call.outputs]
-        data = {**(state.data or {}), **enc.data}
-        state.data = None
+        data = case.data
         nbytes = _nbytes(data)
         if self._over_budget(nbytes):
             return
-        devices = [m["device"] for m in (*state.meta.values(), *enc.meta.values())]
+        devices = [m["device"] for m in case.meta.values()]
         state.device = next((d for d in devices if cf.device_type(d) == self.device_type), self.device_type)
         state.case_dir = self.run_dir / op_dir_name(call.name) / str(call.call_id)
         self.bytes_queued += nbytes
         self.captured += 1
-        record = cf.build_record(
+        record = case.record(
             tool="OpCapture", op=call.name, call_id=call.call_id, step=call.step, rank=self._rank,
             call_site=call.call_site, device=state.device, inplace=call.inplace, random=call.random,
-            mode=self.mode, args=state.args, kwargs=state.kwargs, outputs=outputs,
-            tensors={**state.meta, **enc.meta}, opaque=state.opaque + enc.opaque, versions=self._versions,
+            mode=self.mode, outputs=outputs, versions=self._versions,
             collective=describe(call.name, call.args, call.kwargs) if call.info.collective else None)
-        state.args = state.kwargs = None
         if call.backward_hooked:
             # Hold the case until its backward pass, so that it is written once, gradients included.
             self._pending[call.call_id] = (state, record, data)
@@ -395,22 +387,11 @@ class OpCapture(OpTool):
             self.bytes_written += self._stats.bytes_written - before
             self.cases_written += row["phase"] == "forward"
 
-    def _make_case_dir(self, case_dir: Path) -> None:
-        op_dir = case_dir.parent
-        if op_dir not in self._op_dirs:
-            op_dir.mkdir(parents=True, exist_ok=True)
-            self._op_dirs.add(op_dir)
-        case_dir.mkdir(exist_ok=True)
-
     def _write_case(self, case_dir: Path, record: dict[str, Any], data: dict[str, torch.Tensor],
                     written_event: threading.Event | None) -> None:
         try:
-            self._make_case_dir(case_dir)
-            written = 0
             backward = record["backward"]
-            if self.mode == "data":
-                written += cf.write_tensors(case_dir / cf.TENSORS_FILE, data)
-            written += cf.write_json(case_dir / cf.CASE_FILE, record)
+            written = cf.write_case(case_dir, record, data if self.mode == "data" else None)
         finally:
             if written_event is not None:
                 written_event.set()

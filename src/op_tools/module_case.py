@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from diopi import case_format as cf
+from diopi.tensor_walk import tensors_in
 from op_tools.naming import locate
 
 __all__ = ["ModuleCall", "encode_module", "rebuild_module"]
@@ -178,9 +179,7 @@ class ModuleCall:
         self.copies: dict[tuple[torch.device, bool], torch.nn.Module] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        found = cf.Encoder("x", with_data=False)
-        found.encode((args, kwargs))
-        first = next(iter(found.tensors.values()), None)
+        first = next(iter(tensors_in((args, kwargs))), None)
         device = first.device if first is not None else torch.device("cpu")
         wide = first is not None and first.dtype == torch.float64
         key = (device, wide)

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from diopi.html_page import esc, table, verdict_cell, verdict_counts, write_page
+from diopi.result_table import json_value
 from op_tools.report_assets import CSS, JS
 from op_tools.results import COLUMNS, VERDICTS, read_rows
 
@@ -28,23 +29,12 @@ REPORT_NAME = "report.html"
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-def _clean(value: Any) -> Any:
-    """``value`` with NaN as null and infinities as ``"inf"``/``"-inf"`` (as :mod:`op_tools.results` writes)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
 def script_json(value: Any) -> str:
     """JSON safe to place inside a ``<script>`` element (no ``</script``, ``<!--`` or line separators)."""
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:  # NaN or infinity somewhere: clean a copy (rare, so only then)
-        text = json.dumps(_clean(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(json_value(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     for char, escaped in _SCRIPT_UNSAFE.items():
         text = text.replace(char, escaped)
     return text

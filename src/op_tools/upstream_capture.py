@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from diopi import case_format as cf
+from diopi.tensor_walk import tensors_in
 from op_tools.naming import draws_random, info_for_name, is_inplace_name, resolve_function
 
 __all__ = [
@@ -193,19 +194,18 @@ def load_capture(case_dir: str | Path, allow_modules: tuple[str, ...] | list[str
     else:
         output = out_value
 
-    enc = cf.Encoder("i")
-    args_enc = enc.encode(list(args))
-    kwargs_enc = {k: enc.encode(v) for k, v in kwargs.items()}
+    case = cf.CaseBuilder()
+    case.encode_call(args, kwargs)
+    enc = case.encoder("i")
     on_device = [loc for t in enc.tensors.values() if (loc := _device_of(t, in_locs, "cpu")) != "cpu"]
     device = on_device[0] if on_device else "cpu"
     for key, t in enc.tensors.items():
         enc.meta[key]["device"] = _device_of(t, in_locs, device)
-    out_enc = cf.Encoder("o")
+    out_enc = case.encoder("o")
     outputs = out_enc.encode(output)
     for key, t in out_enc.tensors.items():
         out_enc.meta[key]["device"] = _device_of(t, out_locs, device)
-    data = {**enc.data, **out_enc.data}
-    tensors = {**enc.meta, **out_enc.meta}
+    data = case.data
 
     backward, note = None, ""
     has = [(case_dir / f).is_file() for f in ("grad_outputs.pth", "grad_inputs.pth")]
@@ -215,15 +215,14 @@ def load_capture(case_dir: str | Path, allow_modules: tuple[str, ...] | list[str
     elif all(has):
         grad_outputs = _values(load_pth(case_dir / "grad_outputs.pth")[0], case_dir / "grad_outputs.pth")
         grad_inputs = _values(load_pth(case_dir / "grad_inputs.pth")[0], case_dir / "grad_inputs.pth")
-        backward, note = _backward_section(op, args_enc, kwargs_enc, enc, out_enc, grad_outputs, grad_inputs,
+        backward, note = _backward_section(op, case.args, case.kwargs, enc, out_enc, grad_outputs, grad_inputs,
                                            device, allow_modules, is_inplace_name(op))
         if backward is not None:
             data.update(backward.pop("data"))
     random = draws_random(info_for_name(op), args, kwargs)  # sdpa with dropout_p > 0 is random, without is not
-    record = cf.build_record(
+    record = case.record(
         tool=TOOL, op=op, call_id=_call_id(case_dir), step=0, rank=0, call_site=None, device=device,
-        inplace=is_inplace_name(op), random=random, mode="data", args=args_enc, kwargs=kwargs_enc,
-        outputs=outputs, tensors=tensors, opaque=enc.opaque + out_enc.opaque, backward=backward, versions={})
+        inplace=is_inplace_name(op), random=random, mode="data", outputs=outputs, backward=backward, versions={})
     return ImportedCapture(cf.LoadedCase(case_dir, record, data), note)
 
 
@@ -296,9 +295,7 @@ def _input_edges(op: str, args_enc: Any, kwargs_enc: dict[str, Any], enc: cf.Enc
     with torch.enable_grad():
         out = func(*cf.decode_value(args_enc, tensors, device_map),
                    **cf.decode_value({"dict": kwargs_enc}, tensors, device_map))
-    found = cf.Encoder("p", with_data=False)
-    found.encode(out)
-    node = next((t.grad_fn for t in found.tensors.values() if t.grad_fn is not None), None)
+    node = next((t.grad_fn for t in tensors_in(out, unique=True) if t.grad_fn is not None), None)
     if node is None:
         raise ValueError("the replayed result has no backward node")
     keys: list[tuple[str | None, bool]] = []

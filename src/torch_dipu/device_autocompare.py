@@ -235,19 +235,8 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A host copy of ``t`` with its shape, strides and storage offset (the storage elements it reaches are
-    copied in one pass, so overlapping and non-contiguous layouts are kept)."""
-    raw = t._raw if type(t) is DipuTensor else t
-    shape, stride, offset = raw.shape, raw.stride(), raw.storage_offset()
-    if raw.is_conj() or raw.is_neg() or raw.layout != torch.strided:
-        meta = {"dtype": cf.dtype_name(raw.dtype), "shape": list(shape), "stride": list(stride),
-                "storage_offset": offset}
-        return cf.rebuild_tensor(meta, cf.host_span(raw), _CPU)
-    span = cf.storage_span(shape, stride)
-    storage = torch.empty(offset + span, dtype=raw.dtype, device=_CPU)
-    if span:
-        storage[offset:].copy_(raw.as_strided((span,), (1,), offset))
-    return storage.as_strided(shape, stride, offset)
+    """A host copy of ``t`` (a dipu tensor's storage tensor) keeping its layout."""
+    return cf.host_copy(t._raw if type(t) is DipuTensor else t)
 
 
 def _map(value: Any, fn: Any) -> Any:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 import diopi
 from diopi import case_format as cf
@@ -27,6 +26,7 @@ from diopi.conformance.cases import CaseSpec, ConfigError, bind, build_call, bui
 from diopi.conformance.recording import RecordedCall, clone_args, record, record_backward
 from diopi.conformance.spec import Config
 from diopi.impl import written_arguments as schema_written_arguments
+from diopi.tensor_walk import map_leaves
 
 TOOL = "conformance"
 #: Written into a data folder made from captures (``ditorch conformance from-capture``): ``run`` then takes every
@@ -59,8 +59,8 @@ def written_arguments(op: torch._ops.OpOverload, args: list[Any], kwargs: dict[s
 
 
 def _upcast(value: Any) -> Any:
-    return tree_map(lambda x: x.to(torch.float64) if isinstance(x, torch.Tensor) and x.dtype in _BELOW_FP64 else x,
-                    value)
+    return map_leaves(value, lambda x: x.to(torch.float64) if isinstance(x, torch.Tensor) and x.dtype in _BELOW_FP64
+                      else x)
 
 
 def _float64_reference(fn: diopi.DiopiFunction, op: torch._ops.OpOverload, args: list[Any],
@@ -90,9 +90,8 @@ def write_case(target: Path, case_id: str, spec: CaseSpec, op: torch._ops.OpOver
                kwargs: dict[str, Any]) -> None:
     """Run the reference of ``op`` on ``args``/``kwargs`` (host tensors, consumed) and store the case."""
     fn = diopi.get_function(spec.function)
-    enc_in = cf.Encoder("i")
-    args_enc = enc_in.encode(list(args))
-    kwargs_enc = {k: enc_in.encode(v) for k, v in kwargs.items()}
+    case = cf.CaseBuilder()
+    case.encode_call(args, kwargs)
     pristine = (clone_args(list(args)), clone_args(dict(kwargs)))
     random = fn.is_random
     torch.manual_seed(spec.call_seed)
@@ -102,43 +101,31 @@ def write_case(target: Path, case_id: str, spec: CaseSpec, op: torch._ops.OpOver
             output = fn.reference(op, *args, **kwargs)
     except Exception as exc:
         raise ReferenceFailed(f"the CPU reference raised {type(exc).__name__}: {exc}") from exc
-    tensors = dict(enc_in.meta)
-    data = dict(enc_in.data)
+    shapes = [m["shape"] for m in case.encoder("i").meta.values()]
     outputs = reference = None
     written: list[list[Any]] = []
     if not random:
-        enc_out = cf.Encoder("o")
-        outputs = enc_out.encode(output)
-        enc_w = cf.Encoder("w")
-        written = [[loc, enc_w.encode(value)] for loc, value in written_arguments(op, args, kwargs)]
-        tensors.update(enc_out.meta)
-        tensors.update(enc_w.meta)
-        data.update(enc_out.data)
-        data.update(enc_w.data)
+        outputs = case.encode("o", output)
+        written = [[loc, case.encode("w", value)] for loc, value in written_arguments(op, args, kwargs)]
         if spec.dtype in _BELOW_FP64:
             ref = _float64_reference(fn, op, *pristine)
             if ref is not None:
-                enc_ref = cf.Encoder("r")
-                reference = enc_ref.encode(ref)
-                tensors.update(enc_ref.meta)
-                data.update(enc_ref.data)
+                reference = case.encode("r", ref)
     params_enc = cf.Encoder("p", with_data=False)
-    record = cf.build_record(
+    record = case.record(
         tool=TOOL, op=str(op), call_id=int(case_id.rsplit("/", 1)[1]), step=0, rank=0, call_site=None, device="cpu",
-        inplace=bool(written) or spec.inplace, random=random, mode="data", args=args_enc, kwargs=kwargs_enc,
-        outputs=outputs, tensors=tensors, opaque=enc_in.opaque, reference_outputs=reference)
+        inplace=bool(written) or spec.inplace, random=random, mode="data", outputs=outputs,
+        reference_outputs=reference)
     record["conformance"] = {
         "id": case_id, "function": spec.function, "family": fn.family, "dtype": cf.dtype_name(spec.dtype),
         "layout": spec.layout, "mode": spec.mode, "seed": spec.call_seed,
-        "shapes": [m["shape"] for k, m in enc_in.meta.items()],
+        "shapes": shapes,
         "params": {k: params_enc.encode(v) for k, v in spec.params if not isinstance(v, torch.Tensor)},
         "written": written,
         "tolerance": {cf.dtype_name(d): list(t) for d, t in spec.own_config.tolerance.items()},
         "stats": stats_record(spec.own_config) if random else None,
     }
-    target.mkdir(parents=True, exist_ok=True)
-    cf.write_tensors(target / cf.TENSORS_FILE, data)
-    cf.write_json(target / cf.CASE_FILE, record)
+    cf.write_case(target, record, case.data)
 
 
 def _callable(config: Config) -> Callable[..., Any]:

@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_map
 
 import diopi
-from diopi.case_format import host_span, rebuild_tensor, tensor_meta
+from diopi.case_format import host_copy
 from diopi.registry import dispatcher_overloads, is_composite, qualified_name
-from diopi.tensor_walk import tensors_in
+from diopi.tensor_walk import map_leaves, tensors_in
 
 
 @dataclass
@@ -33,14 +32,9 @@ class RecordedCall:
     kwargs: dict[str, Any]
 
 
-def clone_keeping_layout(t: torch.Tensor) -> torch.Tensor:
-    """A host copy of ``t`` with the same shape, stride and storage offset (and no autograd history)."""
-    return rebuild_tensor(tensor_meta(t), host_span(t), "cpu")
-
-
 def clone_args(value: Any) -> Any:
-    """``value`` with every tensor replaced by :func:`clone_keeping_layout`."""
-    return tree_map(lambda x: clone_keeping_layout(x) if isinstance(x, torch.Tensor) else x, value)
+    """``value`` with every tensor replaced by a host copy keeping its layout (:func:`diopi.case_format.host_copy`)."""
+    return map_leaves(value, lambda x: host_copy(x) if isinstance(x, torch.Tensor) else x)
 
 
 class CallRecorder(TorchDispatchMode):

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 import diopi
 from diopi import case_format as cf
@@ -33,6 +32,7 @@ from diopi.conformance.cases import resolve_op
 from diopi.conformance.device_config import DeviceConfig
 from diopi.conformance.stats import check_random
 from diopi.impls import ImplementationError, UnsupportedDtypeError, load
+from diopi.tensor_walk import map_leaves
 
 OUTCOMES = ("PASS", "FAIL", "SKIP", "NOT_IMPLEMENTED", "ERROR")
 
@@ -185,7 +185,7 @@ def _worst(results: list[TensorComparison]) -> tuple[float, float]:
 
 
 def _to_host(value: Any) -> Any:
-    return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, value)
+    return map_leaves(value, lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x)
 
 
 def run_case(path: Path, target: Any, device_config: DeviceConfig | None = None) -> CaseResult:

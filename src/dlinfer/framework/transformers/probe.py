@@ -241,7 +241,7 @@ def _reference(model: nn.Module, module: nn.Module, record: _Record) -> tuple[An
     return _call(model, twin, _cast(record.args, dtype), _cast(record.kwargs, dtype))
 
 
-def _tensors(call: dict[str, Any] | None) -> list[Any]:
+def _qkv(call: dict[str, Any] | None) -> list[Any]:
     return [call[k] for k in ("query", "key", "value")] if call else []
 
 
@@ -286,7 +286,7 @@ def _judge(model: nn.Module, kind: str, module: nn.Module, variant: Variant, set
             if ours != theirs:
                 differ = [k for k in _COMPARED if ours.get(k) != theirs.get(k)]
                 return f"passes the attention function other {', '.join(differ)} than its own forward"
-        actual, wanted = [out, _tensors(call)], [expected, _tensors(expected_call)]
+        actual, wanted = [out, _qkv(call)], [expected, _qkv(expected_call)]
         results = compare_outputs(actual, wanted)
         if all_passed(results):
             return None
@@ -295,7 +295,7 @@ def _judge(model: nn.Module, kind: str, module: nn.Module, variant: Variant, set
         except Exception:  # noqa: BLE001 - no higher-precision copy: the plain tolerance's verdict stands
             ref_out, ref_call = None, None
     if ref_out is not None:
-        results = compare_outputs(actual, wanted, expected_fp64=[ref_out, _tensors(ref_call)])
+        results = compare_outputs(actual, wanted, expected_fp64=[ref_out, _qkv(ref_call)])
         if all_passed(results):
             return None
     failed = next(r for r in results if not all_passed([r]))
