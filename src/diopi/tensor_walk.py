@@ -21,10 +21,15 @@ MAX_DEPTH = 8
 
 _Tensor = torch.Tensor
 _NESTED = (list, tuple, dict, slice)
+#: Leaf types met most often beside tensors (skipped without a look for container items).
+_SCALARS = frozenset((int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout,
+                      torch.memory_format, torch.Size))
 
 
 def _items(value: Any) -> Iterable[Any] | None:
     """The items of a container (None for a leaf)."""
+    if type(value) is list or type(value) is tuple:
+        return value
     if isinstance(value, (list, tuple)):
         return None if isinstance(value, torch.Size) else value
     if isinstance(value, dict):
@@ -54,11 +59,26 @@ def leaves(value: Any) -> list[Any]:
 
 def tensors_in(value: Any, *, unique: bool = False) -> list[torch.Tensor]:
     """The tensors in ``value`` in order; with ``unique``, each tensor object once (its first place)."""
-    found = [v for v in leaves(value) if isinstance(v, _Tensor)]
-    if not unique or len(found) < 2:
-        return found
-    seen: set[int] = set()
-    return [t for t in found if not (id(t) in seen or seen.add(id(t)))]
+    if isinstance(value, _Tensor):
+        return [value]
+    found: list[torch.Tensor] = []
+    _collect(value, found, set() if unique else None, 0)
+    return found
+
+
+def _collect(value: Any, found: list[torch.Tensor], seen: set[int] | None, depth: int) -> None:
+    items = _items(value) if depth < MAX_DEPTH else None
+    if items is None:
+        return
+    for v in items:
+        if isinstance(v, _Tensor):
+            if seen is None:
+                found.append(v)
+            elif id(v) not in seen:
+                seen.add(id(v))
+                found.append(v)
+        elif type(v) not in _SCALARS:
+            _collect(v, found, seen, depth + 1)
 
 
 def call_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -81,7 +101,14 @@ def call_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
 def map_leaves(value: Any, fn: Callable[[Any], Any], _depth: int = 0) -> Any:
     """``value`` with ``fn`` applied to each of its :func:`leaves`; a container is rebuilt, with its own type,
     only when one of its leaves changed."""
-    if isinstance(value, _Tensor) or _depth >= MAX_DEPTH:
+    cls = type(value)
+    if (cls is list or cls is tuple or cls is dict) and _depth < MAX_DEPTH:  # the usual containers, directly
+        items = value.values() if cls is dict else value
+        mapped = [map_leaves(v, fn, _depth + 1) for v in items]
+        if all(a is b for a, b in zip(mapped, items, strict=True)):
+            return value
+        return mapped if cls is list else tuple(mapped) if cls is tuple else dict(zip(value, mapped, strict=True))
+    if isinstance(value, _Tensor) or cls in _SCALARS or _depth >= MAX_DEPTH:
         return fn(value)
     items = _items(value)
     if items is None:
@@ -92,15 +119,11 @@ def map_leaves(value: Any, fn: Callable[[Any], Any], _depth: int = 0) -> Any:
         return value
     if isinstance(value, list):
         return mapped
-    if isinstance(value, tuple):
-        if hasattr(value, "_fields"):  # namedtuple
-            return type(value)(*mapped)
-        return tuple(mapped) if type(value) is tuple else type(value)(mapped)  # torch.return_types
+    if isinstance(value, tuple):  # a named tuple, torch.return_types
+        return type(value)(*mapped) if hasattr(value, "_fields") else type(value)(mapped)
     if isinstance(value, slice):
         return slice(*mapped)
     if isinstance(value, dict):
-        if type(value) is dict:
-            return dict(zip(value, mapped, strict=True))
         out = copy.copy(value)
         for key, v in zip(value, mapped, strict=True):
             out[key] = v
