@@ -223,6 +223,9 @@ simple("slice.Tensor_step", lambda a: aten.slice.Tensor(a, 1, 0, 3, 2))
 simple("narrow", lambda a: aten.narrow.default(a, 0, 1, 2))
 simple("select.int", lambda a: aten.select.int(a, 1, -1))
 simple("slice_scatter", lambda a, b: aten.slice_scatter.default(a, b, 1, 1, 3), lambda n: [_r(n, 4), _r(n, 2)])
+simple("slice_scatter_step", lambda a, b: aten.slice_scatter.default(a, b, 1, 1, 6, 2), lambda n: [_r(n, 6), _r(n, 3)])
+simple("new_empty_strided", lambda a: aten.fill.Scalar(aten.new_empty_strided.default(a, [2, 3], [3, 1]), 2.0) + a[0],
+       lambda n: [_r(n, 3)])
 simple("select_scatter", lambda a, b: aten.select_scatter.default(a, b, 1, 0), lambda n: [_r(n, 3), _r(n)])
 simple("cat", lambda a, b: aten.cat.default([a, b], 1), x2)
 simple("cat_promote", lambda a, b: aten.cat.default([a, b]), lambda n: [_r(n, 3), _i(2, 3)])
@@ -240,8 +243,14 @@ simple("scatter.value", lambda a, i: aten.scatter.value(a, 1, i, 5.0),
 simple("scatter_add", lambda a, i, s: aten.scatter_add.default(a, 1, i, s),
        lambda n: [_r(n, 3), torch.randint(0, 3, (n, 4)), _r(n, 4)])
 simple("index.Tensor", lambda a, i: aten.index.Tensor(a, [None, i]), lambda n: [_r(n, 3), torch.tensor([[2, 0]])])
+simple("index.Tensor_leading", lambda a, i, j: aten.index.Tensor(a, [i, j]),
+       lambda n: [_r(n, 3, 2), torch.arange(n).view(n, 1, 1), torch.tensor([[2, -1, 0]]).view(1, 1, 3)])
 simple("index_put_acc", lambda a, i, v: aten.index_put.default(a, [i], v, True),
        lambda n: [_r(n, 3), torch.tensor([0, 1, 0]), _r(3, 3)])
+simple("index_put_dim1", lambda a, i, v: aten.index_put.default(a, [None, i], v),
+       lambda n: [_r(n, 5), torch.tensor([4, 1]), _r(n, 2)])
+simple("index_put_dim1_acc", lambda a, i, v: aten.index_put.default(a, [None, i], v, True),
+       lambda n: [_r(2, 5, n), torch.tensor([0, 3, 0]), _r(n)])
 simple("constant_pad_nd", lambda a: aten.constant_pad_nd.default(a, [1, 2, 0, 1], 0.5))
 simple("flip", lambda a: aten.flip.default(a, [0, 1]))
 simple("repeat", lambda a: aten.repeat.default(a, [2, 1, 2]))
@@ -261,6 +270,16 @@ simple("matmul", lambda a, b: aten.matmul.default(a, b), lambda n: [_r(2, n, 3),
 simple("baddbmm", lambda c, a, b: aten.baddbmm.default(c, a, b), lambda n: [_r(2, n, n), _r(2, n, 3), _r(2, 3, n)])
 simple("_softmax", lambda a: aten._softmax.default(a, -1, False))
 simple("_log_softmax", lambda a: aten._log_softmax.default(a, 0, False))
+
+
+def _masked_rows(n: int) -> list[torch.Tensor]:
+    scores = _r(n, 4)
+    scores[0] = float("-inf")  # a fully masked row: zeros, not NaN
+    scores[1, :2] = float("-inf")
+    return [scores]
+
+
+simple("_safe_softmax", lambda a: aten._safe_softmax.default(a, -1), _masked_rows)
 simple("_softmax_backward_data", lambda g, y: aten._softmax_backward_data.default(g, y.softmax(1), 1, torch.float32),
        x2)
 simple("_log_softmax_backward_data",
@@ -347,3 +366,5 @@ simple("avg_pool2d_backward_include_pad",
        lambda g, x: aten.avg_pool2d_backward.default(g, x, [2, 2], [], [0, 0], False, True, None),
        lambda n: [_r(2, 3, n, n), _r(2, 3, 2 * n + 1, 2 * n + 1)])
 simple("_adaptive_avg_pool2d", lambda x: aten._adaptive_avg_pool2d.default(x, [1, 1]), lambda n: [_r(2, 3, n, n)])
+simple("_adaptive_avg_pool2d_backward",
+       lambda g, x: aten._adaptive_avg_pool2d_backward.default(g, x), lambda n: [_r(2, 3, 2, 3), _r(2, 3, n, 7)])

@@ -86,6 +86,24 @@ def _check_training(make: Callable[[], torch.nn.Module], loss_of: Callable[[torc
     report = _report()
     assert report.get("graphs_forward", 0) >= 1 and report.get("graphs_backward", 0) >= 1, report
     assert report.get("vendor_islands", 0) >= 2, report
+    assert report.get("eager_ops", {}) == {}, report  # a model that gains an eager island fails here
+
+
+def test_llama_with_attention_dropout_trains_with_one_island_per_graph() -> None:
+    """Dropout's draws run eagerly beside the island (dicp.dynamo_bridge.passes.draws_apart), the masks eager's."""
+    ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(0))
+    config = transformers.LlamaConfig(**W1, attention_dropout=0.1)
+    losses = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).train()
+        run = torch.compile(model, backend="onnxgraph") if compiled else model
+        torch.manual_seed(1)
+        losses.append(_train(run, lambda m: m(input_ids=ids, labels=ids).loss))
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-5)
+    report = _report()
+    assert report["vendor_islands"] == report["graphs_forward"] + report["graphs_backward"], report
+    assert report["eager_ops"] == {"aten.native_dropout.default": 2 * report["graphs_forward"]}, report
 
 
 def test_w1_trains_like_eager() -> None:
@@ -143,7 +161,7 @@ def test_llama_inference_dynamic_fused() -> None:
         assert all_passed(results), [r.message for r in results]
     report = _report()
     assert report.get("graphs_inference") == 1, report
-    assert report.get("guards_added", 0) == 0, report
+    assert report.get("guards_added", 0) == 0 and report.get("eager_ops", {}) == {}, report
     rewrites = report.get("rewrites", {})
     layers = W1["num_hidden_layers"]
     assert rewrites.get("fuse_rms_norm") == 2 * layers + 1, rewrites

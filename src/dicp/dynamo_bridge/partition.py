@@ -128,16 +128,43 @@ def _count_groups(nodes: set[torch.fx.Node]) -> int:
     return len({find(n) for n in nodes})
 
 
+def _returned_views(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """View nodes (``expand``, ``t``, ...; views of views too) of a graph input that nothing but the graph's output
+    reads. AOTAutograd rebuilds a returned alias of an input from the input itself, with dynamic shapes by the
+    strides of what the compiled graph returned: those must be PyTorch's own view, not a vendor's dense copy."""
+    from_input: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" or (node.op == "call_function" and getattr(node.target, "is_view", False)
+                                        and node.args and node.args[0] in from_input):
+            from_input.add(node)
+    returned: set[torch.fx.Node] = set()
+    for node in reversed(gm.graph.nodes):
+        if node.op == "call_function" and node in from_input and node.users and all(
+                u.op == "output" or u in returned for u in node.users):
+            returned.add(node)
+    return returned
+
+
 def plan_partition(gm: torch.fx.GraphModule, registry: ConversionRegistry) -> Plan:
     """Decide which nodes of ``gm`` form vendor islands (``gm`` is not changed)."""
     accepted: set[torch.fx.Node] = set()
     eager: dict[torch.fx.Node, str] = {}
+    returned = _returned_views(gm)
     for node in gm.graph.nodes:
+        if node in returned:
+            eager[node] = f"{op_name(node.target)}: a view of a graph input that the graph returns (stays a view)"
+            continue
         reason = _vendor_reason(node, registry, accepted)
         if reason is None:
             accepted.add(node)
         elif reason:
             eager[node] = reason
+    # a tensor made from no tensor (``ones`` for a random draw) that only eager nodes read stays with them: in a
+    # vendor island of its own it would cut the graph (its reader needs it before the island runs)
+    for node in reversed(gm.graph.nodes):
+        if (node in accepted and node.users and all(u in eager for u in node.users)
+                and not any(_node_is_tensor_value(a) for a in node.all_input_nodes)):
+            accepted.discard(node)
     # getitem of an eager multi-output node: eager too, but not an op of its own
     eager_group = set(eager) | {n for n in gm.graph.nodes if n.target is operator.getitem and n.args[0] in eager}
     order = {n: i for i, n in enumerate(gm.graph.nodes)}

@@ -1,5 +1,5 @@
 """Graph passes: run a list of :data:`~dicp.dynamo_bridge.vendor.GraphPass` with counts, and generic passes a
-vendor may put in its ``layout_passes`` (:func:`fold_transposes`).
+vendor may put in its ``rewrite_passes`` (:func:`draws_apart`) or ``layout_passes`` (:func:`fold_transposes`).
 
 A pass rewrites a ``torch.fx.GraphModule`` in place and returns how many rewrites it made; :func:`run_passes`
 removes dead code and recompiles the module after any pass that changed something.
@@ -7,13 +7,14 @@ removes dead code and recompiles the module after any pass that changed somethin
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 import torch
 
 from .vendor import GraphPass
 
-__all__ = ["fold_transposes", "pass_name", "run_passes"]
+__all__ = ["draws_apart", "fold_transposes", "pass_name", "run_passes"]
 
 aten = torch.ops.aten
 
@@ -90,3 +91,67 @@ def fold_transposes(gm: torch.fx.GraphModule) -> int:
         erased.add(node)
         folds += 1
     return folds
+
+
+#: Random operators whose result depends on their tensor argument's shape, dtype and strides, not its values.
+_SHAPE_ONLY_DRAWS = (aten.bernoulli.p, aten.rand_like.default, aten.randn_like.default, aten.randint_like.default,
+                     aten.randint_like.low_dtype)
+
+
+def _static(val: object) -> bool:
+    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
+
+
+def draws_apart(gm: torch.fx.GraphModule) -> int:
+    """Random draws apart from the values they are drawn beside, so that they read no computed tensor and run
+    eagerly beside a vendor island instead of cutting the graph into islands (static shapes only):
+
+    - a training ``native_dropout(x, p)`` becomes PyTorch's own ``native_dropout`` on a tensor of ones of ``x``'s
+      shape and dtype (the same draws from the same generator as on ``x``: the mask depends on no value), then
+      ``x * mask * scale`` as eager computes it, for the vendor: mask and output are eager's, bit for bit;
+    - ``bernoulli(x, p)``, ``rand_like(x)``, ``randn_like(x)``, ``randint_like(x, ...)`` draw on an empty tensor of
+      ``x``'s shape, dtype and device instead of ``x`` (they never read its values; ``x`` contiguous).
+
+    Returns the draws moved apart."""
+    split = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in _SHAPE_ONLY_DRAWS:
+            source = node.args[0]
+            val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+            if _static(val) and source.op != "placeholder" and val.is_contiguous():
+                with gm.graph.inserting_before(node):
+                    empty = gm.graph.call_function(aten.empty.memory_format, (list(val.shape),),
+                                                   {"dtype": val.dtype, "device": val.device})
+                empty.meta["val"] = val
+                node.replace_input_with(source, empty)
+                split += 1
+            continue
+        if node.target is not aten.native_dropout.default:
+            continue
+        x, p = node.args[0], node.args[1]
+        train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+        out_val, mask_val = node.meta["val"]
+        readers = list(node.users)
+        if (train is False or not isinstance(p, (int, float)) or not _static(out_val)
+                or any(u.target is not operator.getitem for u in readers)):
+            continue  # symbolic sizes or an unusual graph: the node stays as it is (eager)
+        scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+        graph = gm.graph
+        with graph.inserting_before(node):
+            ones = graph.call_function(aten.ones.default, (list(out_val.shape),),
+                                       {"dtype": out_val.dtype, "device": out_val.device})
+            drawn = graph.call_function(aten.native_dropout.default, (ones, p, train))
+            mask = graph.call_function(operator.getitem, (drawn, 1))
+            kept = graph.call_function(aten.mul.Tensor, (x, mask))
+            out = graph.call_function(aten.mul.Tensor, (kept, scale))
+        for new, val in ((ones, out_val), (drawn, (out_val, mask_val)), (mask, mask_val), (kept, out_val),
+                         (out, out_val)):
+            new.meta["val"] = val
+        for reader in readers:
+            reader.replace_all_uses_with(out if reader.args[1] == 0 else mask)
+            graph.erase_node(reader)
+        graph.erase_node(node)
+        split += 1
+    return split

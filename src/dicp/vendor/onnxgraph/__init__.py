@@ -22,7 +22,7 @@ def onnxgraph(gm: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
 @functools.cache
 def vendor() -> Any:
     """The onnxgraph :class:`~dicp.dynamo_bridge.vendor.Vendor` (built once)."""
-    from dicp.dynamo_bridge.passes import fold_transposes
+    from dicp.dynamo_bridge.passes import draws_apart, fold_transposes
     from dicp.dynamo_bridge.vendor import Vendor
 
     from . import fused
@@ -36,7 +36,7 @@ def vendor() -> Any:
         compile=compile_artifact,
         load=load,
         decompositions=decompositions(),
-        rewrite_passes=fused.rewrite_passes(),
+        rewrite_passes=[draws_apart, *fused.rewrite_passes()],
         layout_passes=[fold_transposes],
         versions=versions,
         check_shapes=check_shapes,

@@ -324,12 +324,16 @@ def copy(ctx: ConversionContext, dst: str, src: str, non_blocking: bool = False)
 # -- creation ----------------------------------------------------------------------------------------------------
 
 
-@register([aten.full.default, aten.zeros.default, aten.ones.default, aten.empty.memory_format,
-           aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default])
+_NEW = (aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
+        aten.new_empty_strided.default)
+
+
+@register([aten.full.default, aten.zeros.default, aten.ones.default, aten.empty.memory_format, *_NEW])
 def full(ctx: ConversionContext, *args: Any, **_: Any) -> str:
+    """A filled tensor (an empty one is zeros; a strided one's strides are the vendor's, as its values)."""
     dtype = out_dtype(ctx)
     target = ctx.node.target
-    if target in (aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default):
+    if target in _NEW:
         args = args[1:]
     size = args[0]
     value = {aten.ones.default: 1, aten.new_ones.default: 1}.get(target, 0)

@@ -41,6 +41,18 @@ def softmax(ctx: ConversionContext, x: str, dim: int, half_to_float: bool = Fals
     return ctx.emit(op, [ctx.cast(x, dtype)], axis=norm_dim(dim, ctx.rank_of(x)), dtype=dtype)
 
 
+@register(aten._safe_softmax.default)
+def safe_softmax(ctx: ConversionContext, x: str, dim: int, dtype: Any = None) -> str:
+    """Softmax, with zeros for a row whose every entry is -inf (a fully masked attention row), where softmax
+    gives NaN: as PyTorch's ``_safe_softmax``."""
+    out = out_dtype(ctx)
+    axis = norm_dim(dim, ctx.rank_of(x))
+    soft = ctx.emit("Softmax", [ctx.cast(x, out)], axis=axis, dtype=out)
+    masked = ctx.cast(ctx.emit("IsInf", [ctx.cast(x, torch.float32)], detect_positive=0, dtype=torch.bool), torch.int32)
+    every = ctx.emit("ReduceMin", [masked, ctx.const([axis], torch.int64)], keepdims=1, dtype=torch.int32)
+    return ctx.emit("Where", [ctx.cast(every, torch.bool), ctx.const(0, out), soft], dtype=out)
+
+
 @register(aten._softmax_backward_data.default)
 def softmax_backward(ctx: ConversionContext, grad: str, y: str, dim: int, input_dtype: Any) -> str:
     dtype = out_dtype(ctx)
@@ -415,6 +427,34 @@ def _global_pool(node: torch.fx.Node) -> str | None:
 @register(aten._adaptive_avg_pool2d.default, supports=_global_pool)
 def adaptive_avg_pool2d(ctx: ConversionContext, x: str, output_size: list[int]) -> str:
     return ctx.emit("ReduceMean", [x, ctx.const([-2, -1], torch.int64)], keepdims=1, dtype=out_dtype(ctx))
+
+
+def _window_weights(ctx: ConversionContext, out_size: str, in_size: str, dtype: torch.dtype) -> str:
+    """The (out, in) matrix of adaptive pooling along one axis: ``1 / len(window j)`` where input ``i`` lies in output
+    ``j``'s window ``[floor(j * in / out), ceil((j + 1) * in / out))``, else 0 (0-d int64 sizes, any values)."""
+    one = ctx.const(1, torch.int64)
+    j = ctx.emit("Unsqueeze", [ctx.emit("Range", [ctx.const(0, torch.int64), out_size, one]),
+                               ctx.const([1], torch.int64)])
+    i = ctx.emit("Range", [ctx.const(0, torch.int64), in_size, one])
+    start = ctx.emit("Div", [ctx.emit("Mul", [j, in_size]), out_size])
+    last = ctx.emit("Sub", [out_size, one])
+    end = ctx.emit("Div", [ctx.emit("Add", [ctx.emit("Mul", [ctx.emit("Add", [j, one]), in_size]), last]), out_size])
+    inside = ctx.emit("And", [ctx.emit("GreaterOrEqual", [i, start]), ctx.emit("Less", [i, end])])
+    length = ctx.cast(ctx.emit("Sub", [end, start]), dtype)
+    return ctx.emit("Div", [ctx.cast(inside, dtype), length])
+
+
+@register(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(ctx: ConversionContext, grad: str, x: str) -> str:
+    """Each output cell's gradient spread over its window, divided by the window's size: ``Wh^T @ grad @ Ww`` with
+    the windows' weight matrices of both axes (any sizes, windows overlapping or not)."""
+    dtype = out_dtype(ctx)
+    h = ctx.rank_of(x) - 2
+    sizes = [ctx.emit("Squeeze", [ctx.shape_of(t, start=a, end=a + 1)]) for t in (grad, x) for a in (h, h + 1)]
+    rows = _window_weights(ctx, sizes[0], sizes[2], dtype)
+    columns = _window_weights(ctx, sizes[1], sizes[3], dtype)
+    spread = ctx.emit("MatMul", [ctx.emit("Transpose", [rows], perm=[1, 0]), ctx.cast(grad, dtype)])
+    return ctx.emit("MatMul", [spread, columns], dtype=dtype)
 
 
 __all__: list[str] = []

@@ -90,17 +90,30 @@ def select(ctx: ConversionContext, x: str, dim: int, index: Any) -> str:
     return ctx.emit("Gather", [x, ctx.scalar(index, torch.int64)], axis=axis, dtype=ctx.dtype_of(x))
 
 
-def _step_one(node: torch.fx.Node) -> str | None:
+def _plain_step(node: torch.fx.Node) -> str | None:
+    start = node.args[3] if len(node.args) > 3 else node.kwargs.get("start")
     step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
-    return None if isinstance(step, int) and step == 1 else "slice_scatter with step != 1"
+    if not isinstance(step, int) or step < 1:
+        return "slice_scatter with a symbolic step"
+    return None if step == 1 or start is None or (isinstance(start, int) and start >= 0) else \
+        "slice_scatter with a step and a negative or symbolic start"
 
 
-@register(aten.slice_scatter.default, supports=_step_one)
+@register(aten.slice_scatter.default, supports=_plain_step)
 def slice_scatter(ctx: ConversionContext, x: str, src: str, dim: int = 0, start: Any = None, end: Any = None,
                   step: Any = 1) -> str:
     dtype = out_dtype(ctx)
     axis = norm_dim(dim, ctx.rank_of(x))
     start = 0 if start is None else start
+    if step != 1:  # src fills positions start, start + step, ...: scattered along the axis
+        count = ctx.emit("Squeeze", [ctx.shape_of(src, start=axis, end=axis + 1)], dtype=torch.int64)
+        stop = ctx.emit("Add", [ctx.const(start, torch.int64), ctx.emit("Mul", [count, ctx.const(step, torch.int64)])])
+        positions = ctx.emit("Range", [ctx.const(start, torch.int64), stop, ctx.const(step, torch.int64)])
+        column = [1] * ctx.rank_of(src)
+        column[axis] = -1
+        where = ctx.emit("Expand", [ctx.emit("Reshape", [positions, ctx.const(column, torch.int64)]),
+                                    ctx.shape_of(src)])
+        return ctx.emit("ScatterElements", [x, where, ctx.cast(src, dtype)], axis=axis, dtype=dtype)
     end = INT64_MAX if end is None else end
     parts = [_slice(ctx, x, axis, 0, start), ctx.cast(src, dtype), _slice(ctx, x, axis, end, INT64_MAX)]
     return ctx.emit("Concat", parts, axis=axis, dtype=dtype)
@@ -207,28 +220,66 @@ def _single_index(node: torch.fx.Node) -> str | None:
     return None
 
 
-@register(aten.index.Tensor, supports=_single_index)
+def _leading_indices(node: torch.fx.Node) -> str | None:
+    present = [i for i, t in enumerate(node.args[1]) if t is not None]
+    if len(present) == 1:
+        return _single_index(node)
+    if present != list(range(len(present))):
+        return "index with several index tensors not on the leading dimensions"
+    if any(node.args[1][i].meta["val"].dtype in (torch.bool, torch.uint8) for i in present):
+        return "index with a boolean mask"
+    return None
+
+
+@register(aten.index.Tensor, supports=_leading_indices)
 def index(ctx: ConversionContext, x: str, indices: list[str | None]) -> str:
-    axis = next(i for i, t in enumerate(indices) if t is not None)
-    return ctx.emit("Gather", [x, ctx.cast(indices[axis], torch.int64)], axis=axis, dtype=ctx.dtype_of(x))
+    """``x[idx]`` (Gather along its axis) or ``x[i0, i1, ...]`` on the leading dimensions (GatherND on the index
+    tensors broadcast together and stacked)."""
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if len(present) == 1:
+        axis = present[0]
+        return ctx.emit("Gather", [x, ctx.cast(indices[axis], torch.int64)], axis=axis, dtype=ctx.dtype_of(x))
+    tensors = [ctx.cast(indices[i], torch.int64) for i in present]
+    common = tensors[0]
+    for t in tensors[1:]:
+        common = ctx.emit("Add", [common, t])
+    last = ctx.const([-1], torch.int64)
+    stacked = ctx.emit("Concat", [ctx.emit("Unsqueeze", [ctx.emit("Expand", [t, ctx.shape_of(common)]), last])
+                                  for t in tensors], axis=-1)
+    return ctx.emit("GatherND", [x, stacked], dtype=ctx.dtype_of(x))
 
 
-def _index_put_first(node: torch.fx.Node) -> str | None:
+def _index_put_one_axis(node: torch.fx.Node) -> str | None:
     reason = _single_index(node)
     if reason:
         return reason
-    return None if node.args[1][0] is not None else "index_put on a dimension other than the first"
+    axis = next(i for i, t in enumerate(node.args[1]) if t is not None)
+    if axis and node.args[1][axis].meta["val"].dim() != 1:
+        return "index_put with a multi-dimensional index on a dimension other than the first"
+    return None
 
 
-@register(aten.index_put.default, supports=_index_put_first)
+@register(aten.index_put.default, supports=_index_put_one_axis)
 def index_put(ctx: ConversionContext, x: str, indices: list[str | None], values: str, accumulate: bool = False
               ) -> str:
+    """``x[..., idx, ...] = values`` (or ``+=``): ScatterND over the first dimension, with the indexed dimension
+    moved first (and back) when it is another one."""
     dtype = out_dtype(ctx)
-    idx = ctx.cast(indices[0], torch.int64)
+    axis = next(i for i, t in enumerate(indices) if t is not None)
+    idx = ctx.cast(indices[axis], torch.int64)
     idx_nd = ctx.emit("Unsqueeze", [idx, ctx.const([-1], torch.int64)])
-    update_shape = ctx.emit("Concat", [ctx.shape_of(idx), ctx.shape_of(x, start=1)], axis=0)
+    pieces = [ctx.shape_of(x, end=axis)] if axis else []
+    update_shape = ctx.emit("Concat", [*pieces, ctx.shape_of(idx), ctx.shape_of(x, start=axis + 1)], axis=0)
     updates = ctx.emit("Expand", [ctx.cast(values, dtype), update_shape])
-    return ctx.emit("ScatterND", [x, idx_nd, updates], reduction="add" if accumulate else "none", dtype=dtype)
+    reduction = "add" if accumulate else "none"
+    if not axis:
+        return ctx.emit("ScatterND", [x, idx_nd, updates], reduction=reduction, dtype=dtype)
+    rank = ctx.rank_of(x)
+    perm = [axis, *(d for d in range(rank) if d != axis)]
+    back = [perm.index(d) for d in range(rank)]
+    moved = [ctx.emit("Transpose", [v], perm=perm) for v in (x, updates)]
+    scattered = ctx.emit("ScatterND", [*moved[:1], idx_nd, moved[1]], reduction=reduction)
+    return ctx.emit("Transpose", [scattered], perm=back, dtype=dtype)
 
 
 @register(aten.constant_pad_nd.default)
