@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from diopi.steps import StepRange
 from op_tools.config import int_at_least
 
 from .config import DUMP_DIR_ENV, DUMP_FIXED_INPUT_ENV, DUMP_STEPS_ENV, dump_config
@@ -93,7 +94,7 @@ def handle(args: argparse.Namespace) -> int:
     config = dump_config()
     out = args.out or config.out_dir or "module_dump"
     stats_only = config.stats_only if args.stats_only is None else True
-    steps = args.steps if args.steps is not None else config.steps
+    steps = StepRange(args.steps, source="--steps") if args.steps is not None else config.steps
     fixed_input = getattr(args, "fixed_input", None) or config.fixed_input
     status, dump = run_dumped(args.script, script_args, out, stats_only=stats_only, steps=steps,
                               stop_after=getattr(args, "stop_after", None), fixed_input=fixed_input)

@@ -143,7 +143,8 @@ class OpTool:
         self.filter = OpFilter(self.env_prefix, self._explicit["ops"], self._explicit["disable_ops"],
                                env_lists=(cfg.ops, cfg.disable_ops), owner=type(self).__name__)
         self.device_type = active_device_type(self.explicit("device", cfg.device))
-        self.steps = StepRange(self.explicit("steps", cfg.steps), source=self.steps_env or "steps")
+        self.steps = StepRange(self.explicit("steps", cfg.steps, lambda given: StepRange(given, source="steps")),
+                               source=self.steps_env or "steps")  # an error names the keyword or the variable
 
     def apply_config(self, cfg: config.ToolConfig) -> None:
         """Take the tool's own settings from ``cfg`` under its explicit keywords (subclasses; called at the

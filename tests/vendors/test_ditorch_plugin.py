@@ -338,7 +338,7 @@ def test_torch_compile_falls_back_to_aot_eager_with_one_line():
 def test_dump_modules_and_compare_runs_find_no_divergence_then_the_wrong_module(tmp_path: Path):
     def dump(name: str, *script: str, **env: str) -> Path:
         out = tmp_path / name
-        proc = ditorch("dump-modules", "--out", str(out), "--steps", "0-1", "--stop-after", "2", "--", *script,
+        proc = ditorch("dump-modules", "--out", str(out), "--steps", "1-2", "--stop-after", "2", "--", *script,
                        str(tmp_path / f"{name}.json"), DITORCH_QUIET="1", **env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return out
@@ -352,4 +352,4 @@ def test_dump_modules_and_compare_runs_find_no_divergence_then_the_wrong_module(
     parted = ditorch("compare-runs", "--json", str(tmp_path / "cmp.json"), str(reference), str(wrong))
     assert parted.returncode == 1, parted.stdout + parted.stderr
     first = json.loads((tmp_path / "cmp.json").read_text())["first_divergence"]["forward"]
-    assert (first["step"], first["module"]) == (0, "mlp.1")  # the GELU, first in forward order
+    assert (first["step"], first["module"]) == (1, "mlp.1")  # the GELU, first in forward order

@@ -363,8 +363,8 @@ def test_module_dumps_of_the_plugin_and_the_cpu_agree(tmp_path: Path, capsys: py
     with privateuse1_kernel("gelu", biased_gelu):
         _dump(DEVICE, tmp_path / "wrong", steps=1)
     first = compare_runs(tmp_path / "cpu", tmp_path / "wrong").first_divergence["forward"]
-    assert (first["module"], first["class"], first["step"], first["tensor"]) == ("act", "GELU", 0, "output.0")
+    assert (first["module"], first["class"], first["step"], first["tensor"]) == ("act", "GELU", 1, "output.0")
     assert first["max_abs_diff"] == pytest.approx(BIAS, abs=1e-6)
     capsys.readouterr()
     assert compare_main([str(tmp_path / "cpu"), str(tmp_path / "wrong")]) == 1
-    assert "first divergence (forward): step 0, module 'act' (GELU)" in capsys.readouterr().out
+    assert "first divergence (forward): step 1, module 'act' (GELU)" in capsys.readouterr().out
