@@ -39,7 +39,6 @@ def test_a_returned_view_of_an_input_is_the_eager_view(model: torch.nn.Module, d
         assert first.stride() == view.stride() and first.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
         a.add_(1)  # still a view of the input, as in eager
         assert torch.equal(first.cpu(), (model(a, sizes)[0] if isinstance(got, tuple) else model(a, sizes)).cpu())
-    eager = compile_report()["onnxgraph"]["eager_ops"]  # only the returned views, each named with its reason
-    assert set(eager) <= {"aten.expand.default", "aten.unsqueeze.default", "aten.transpose.int", "aten.t.default"}
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dicp onnxgraph:")]
-    assert lines and all("a view of a graph input that the graph returns" in line for line in lines), lines
+    report = compile_report()["onnxgraph"]  # the returned views are PyTorch's views: no eager op, no report line
+    assert report["returned_views"] >= 1 and report["eager_ops"] == {} and report["eager_islands"] == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("dicp onnxgraph:")]

@@ -185,6 +185,7 @@ def compile_graph(vendor: Vendor, gm: torch.fx.GraphModule, example_inputs: Sequ
     for op, reasons in by_op.items():
         report.note_eager_op(vendor.name, op, reasons[0], len(reasons))
     report.count(vendor.name, "eager_islands", plan.eager_islands)
+    report.count(vendor.name, "returned_views", len(plan.views))
     report.count(vendor.name, "vendor_islands", len(plan.vendor))
     if not plan.vendor:
         return gm
@@ -207,7 +208,7 @@ def make_backend(vendor: Vendor) -> Callable[..., Any]:
     ``torch.compile(model, backend=make_backend(vendor))``; a vendor package registers the result under the
     ``torch_dynamo_backends`` entry point group so that ``backend="<vendor.name>"`` works.
     """
-    from functorch.compile import make_boxed_func
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
     def compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], Callable[..., Any]]:
@@ -219,7 +220,8 @@ def make_backend(vendor: Vendor) -> Callable[..., Any]:
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
         aot = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                           inference_compiler=compiler("inference"), decompositions=dict(vendor.decompositions))
+                           inference_compiler=compiler("inference"), decompositions=dict(vendor.decompositions),
+                           partition_fn=min_cut_rematerialization_partition)
         return aot(gm, example_inputs)
 
     backend.__name__ = vendor.name

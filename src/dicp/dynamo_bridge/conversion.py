@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Conversion", "ConversionRegistry", "Target"]
+__all__ = ["Conversion", "ConversionRegistry", "Target", "module_source_digest"]
 
 Target = Any  # torch._ops.OpOverload | torch._ops.OpOverloadPacket | a Python callable (operator.getitem, ...)
 
@@ -110,7 +110,7 @@ class ConversionRegistry:
             for fn in (conversion.fn, conversion.supports):
                 digest.update(b"\0" + _callable_text(fn, modules, 0).encode())
         for module in sorted(modules):
-            digest.update(b"\0" + module.encode() + b"\0" + _module_source_digest(module).encode())
+            digest.update(b"\0" + module.encode() + b"\0" + module_source_digest(module).encode())
         self._version = digest.hexdigest()[:16]
         return self._version
 
@@ -208,8 +208,9 @@ def _value_text(value: Any, modules: set[str], depth: int) -> str:
 
 
 @functools.cache
-def _module_source_digest(module: str) -> str:
-    """sha256 of the source file of ``module`` ("" when it has none): a helper a converter calls is part of it."""
+def module_source_digest(module: str) -> str:
+    """sha256 of the source file of ``module`` ("" when it has none): a helper a converter calls is part of it,
+    and a vendor's code generator is part of its :attr:`~dicp.dynamo_bridge.vendor.Vendor.versions`."""
     path = getattr(sys.modules.get(module), "__file__", None)
     if not path or not str(path).endswith(".py"):
         return ""

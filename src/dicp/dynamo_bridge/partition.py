@@ -76,11 +76,13 @@ def _is_random(node: torch.fx.Node) -> bool:
 @dataclasses.dataclass
 class Plan:
     """How a graph is cut: ``vendor`` islands (node lists, graph order), the ``eager`` nodes with the reason
-    each stays eager, and the number of ``eager_islands`` (connected groups of eager nodes)."""
+    each stays eager, the number of ``eager_islands`` (connected groups of eager nodes), and the returned
+    ``views`` of graph inputs, which stay PyTorch's views (no computation: neither vendor nor eager op)."""
 
     vendor: list[list[torch.fx.Node]]
     eager: dict[torch.fx.Node, str]
     eager_islands: int
+    views: set[torch.fx.Node] = dataclasses.field(default_factory=set)
 
 
 def _vendor_reason(node: torch.fx.Node, registry: ConversionRegistry, accepted: set[torch.fx.Node]) -> str | None:
@@ -152,7 +154,6 @@ def plan_partition(gm: torch.fx.GraphModule, registry: ConversionRegistry) -> Pl
     returned = _returned_views(gm)
     for node in gm.graph.nodes:
         if node in returned:
-            eager[node] = f"{op_name(node.target)}: a view of a graph input that the graph returns (stays a view)"
             continue
         reason = _vendor_reason(node, registry, accepted)
         if reason is None:
@@ -176,7 +177,8 @@ def plan_partition(gm: torch.fx.GraphModule, registry: ConversionRegistry) -> Pl
             if any(_node_is_tensor_value(n) and n.target is not operator.getitem for n in nodes):
                 islands.append(nodes)
     islands.sort(key=lambda nodes: order[nodes[0]])
-    return Plan(vendor=islands, eager=eager, eager_islands=_count_groups(eager_group) if eager_group else 0)
+    return Plan(vendor=islands, eager=eager, eager_islands=_count_groups(eager_group) if eager_group else 0,
+                views=returned)
 
 
 @dataclasses.dataclass

@@ -23,7 +23,7 @@ _ANNOUNCED: set[tuple[str, str]] = set()
 FIELDS = (
     "graphs_forward", "graphs_backward", "graphs_inference", "vendor_islands", "eager_islands", "eager_nodes",
     "cache_hits", "cache_misses", "cache_rebuilt", "guards_added", "shape_mismatches", "precision_checks",
-    "precision_mismatches",
+    "precision_mismatches", "returned_views",
 )
 
 
@@ -69,7 +69,8 @@ def compile_report() -> dict[str, dict[str, Any]]:
     """Counters per vendor name: ``graphs_forward``/``graphs_backward``/``graphs_inference``,
     ``vendor_islands``, ``eager_islands``, ``eager_nodes``, ``eager_ops`` (op name -> nodes), ``cache_hits``,
     ``cache_misses``, ``cache_rebuilt``, ``guards_added``, ``precision_checks``, ``precision_mismatches``,
-    ``rewrites`` (pass name -> rewrites). A copy: plain dicts, JSON-ready."""
+    ``returned_views`` (views of graph inputs a graph returns: PyTorch's views, no op), ``rewrites`` (pass name ->
+    rewrites). A copy: plain dicts, JSON-ready."""
     with _lock:
         out = copy.deepcopy(_COUNTERS)
     for entry in out.values():

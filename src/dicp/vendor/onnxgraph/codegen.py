@@ -279,6 +279,7 @@ def build_model(gm: torch.fx.GraphModule, registry: ConversionRegistry, opset: i
             ctx.node = node
             results = node.args[0]
             results = results if isinstance(results, (list, tuple)) else (results,)
+            produced = {value for n in ctx.nodes for value in n.output}
             for i, out in enumerate(results):
                 if not isinstance(out, torch.fx.Node) or not _is_tensor(out.meta.get("val")):
                     raise ConversionError(f"onnxgraph: output {i} is not a tensor node: {out!r}")
@@ -288,6 +289,9 @@ def build_model(gm: torch.fx.GraphModule, registry: ConversionRegistry, opset: i
                 if val.dtype in COMPUTE_DTYPE:
                     ctx.nodes.append(helper.make_node("Cast", [src], [name], name=f"output/{i}",
                                                       to=onnx_dtype(val.dtype)))
+                elif src in produced:  # the node's own value is the output: an Identity would copy it
+                    name = src
+                    produced.discard(src)  # a second output of the same value takes the Identity
                 else:
                     ctx.nodes.append(helper.make_node("Identity", [src], [name], name=f"output/{i}"))
                 outputs.append(helper.make_tensor_value_info(name, onnx_dtype(val.dtype), _dims(val)))

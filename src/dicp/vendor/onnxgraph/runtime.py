@@ -23,10 +23,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+from onnxruntime.capi import _pybind_state as C
 
 from dicp.config import dicp_config
 
-from .codegen import DEFAULT_OPSET, compile_island
+from .codegen import DEFAULT_OPSET, compile_island, onnx_dtype
 from .conversion import conversions
 
 __all__ = ["OrtCompileError", "check_shapes", "compile_artifact", "load", "session_options", "versions"]
@@ -37,8 +38,12 @@ class OrtCompileError(RuntimeError):
 
 
 def versions() -> dict[str, str]:
-    """The compiler and runtime versions (part of the compile cache key)."""
-    return {"onnx": onnx.__version__, "onnxruntime": ort.__version__, "opset": str(DEFAULT_OPSET)}
+    """The compiler and runtime versions (part of the compile cache key), with a digest of the code generator's
+    source: a changed codegen never reuses an artifact the old one built."""
+    from dicp.dynamo_bridge.conversion import module_source_digest
+
+    return {"onnx": onnx.__version__, "onnxruntime": ort.__version__, "opset": str(DEFAULT_OPSET),
+            "codegen": module_source_digest(compile_island.__module__)[:16]}
 
 
 def compile_artifact(gm: torch.fx.GraphModule) -> bytes:
@@ -95,10 +100,34 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-def _to_ort(t: torch.Tensor) -> ort.OrtValue:
-    if t.dtype == torch.bool or t.numel() == 0:
-        return ort.OrtValue.ortvalue_from_numpy(t.numpy())
-    return ort.OrtValue.from_dlpack(t)
+#: torch dtypes whose tensors ONNX Runtime wraps from a data pointer (its numpy element type); others (bfloat16)
+#: go through DLPack.
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
+                 torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8,
+                 torch.uint8: np.uint8, torch.bool: np.bool_}
+_CPU = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+
+
+def _feeds(names: list[str], tensors: list[torch.Tensor]) -> tuple[list[str], Any]:
+    """The ORT input vector of host tensors ``tensors`` (contiguous CPU) and its names in the vector's order: one
+    batch of pointer-wrapped tensors (no copy, no per-tensor Python object), then DLPack (bfloat16) and empty
+    tensors."""
+    feeds = C.OrtValueVector()
+    feeds.reserve(len(tensors))
+    batch = [i for i, t in enumerate(tensors) if t.dtype in _NUMPY_DTYPES and t.numel()]
+    if batch:
+        wrapped = [tensors[i] for i in batch]
+        feeds.push_back_batch(wrapped, [t.data_ptr() for t in wrapped], [_NUMPY_DTYPES[t.dtype] for t in wrapped],
+                              [t.shape for t in wrapped], [_CPU] * len(wrapped))
+    if len(batch) == len(tensors):
+        return names, feeds
+    order = [names[i] for i in batch]
+    for i, t in enumerate(tensors):
+        if t.dtype not in _NUMPY_DTYPES or not t.numel():
+            feeds.push_back(C.OrtValue.from_dlpack(t.__dlpack__()) if t.numel() else
+                            C.OrtValue.ortvalue_from_shape_and_onnx_type(list(t.shape), onnx_dtype(t.dtype), _CPU))
+            order.append(names[i])
+    return order, feeds
 
 
 def load(artifact: bytes, gm: torch.fx.GraphModule) -> Callable[..., list[torch.Tensor]]:
@@ -108,44 +137,37 @@ def load(artifact: bytes, gm: torch.fx.GraphModule) -> Callable[..., list[torch.
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     input_names = [i.name for i in session.get_inputs()]
     is_tensor = [isinstance(n.meta.get("val"), torch.Tensor) for n in placeholders]
-    is_float_input = [isinstance(n.meta.get("val"), (float, torch.SymFloat)) for n in placeholders]
+    scalar_dtype = [torch.float64 if isinstance(n.meta.get("val"), (float, torch.SymFloat)) else torch.int64
+                    for n in placeholders]
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = output_node.args[0] if isinstance(output_node.args[0], (list, tuple)) else (output_node.args[0],)
     out_devices = [o.meta["val"].device for o in outs]
+    out_bool = [o.meta["val"].dtype == torch.bool for o in outs]
     output_names = [o.name for o in session.get_outputs()]
     if len(input_names) != len(placeholders):
         raise OrtCompileError(f"onnxgraph: artifact has {len(input_names)} inputs, the island {len(placeholders)}")
+    fetch_devices = [_CPU] * len(output_names)
+    run_options = C.RunOptions()
+    ort_session = session._sess  # the C++ session: its vector API makes no Python object per tensor
+    all_cpu_tensors = all(d.type == "cpu" for d in out_devices) and not any(out_bool)
 
     def run(*inputs: Any) -> list[torch.Tensor]:
         if len(inputs) != len(input_names):
             raise TypeError(f"onnxgraph runner: expected {len(input_names)} inputs, got {len(inputs)}")
-        binding = session.io_binding()
-        keep: list[Any] = []
-        for name, tensor, is_float, x in zip(input_names, is_tensor, is_float_input, inputs, strict=True):
-            if tensor:
-                host = _host(x)
-                keep.append(host)
-                binding.bind_ortvalue_input(name, _to_ort(host))
-            elif is_float:
-                binding.bind_cpu_input(name, np.array(float(x), dtype=np.float64))
-            else:
-                binding.bind_cpu_input(name, np.array(int(x), dtype=np.int64))
-        for name in output_names:
-            binding.bind_output(name, "cpu")
-        session.run_with_iobinding(binding)
-        results = []
-        for value, device in zip(binding.get_outputs(), out_devices, strict=True):
-            t = _from_ort(value)
-            results.append(t if device.type == "cpu" else t.to(device))
+        hosts = [_host(x) if tensor else torch.tensor(x, dtype=dtype)
+                 for tensor, dtype, x in zip(is_tensor, scalar_dtype, inputs, strict=True)]
+        names, feeds = _feeds(input_names, hosts)
+        fetches = C.OrtValueVector()
+        ort_session.run_with_ortvaluevector(run_options, names, feeds, output_names, fetches, fetch_devices)
+        results = fetches.to_dlpacks(torch._C._from_dlpack)
+        if all_cpu_tensors:
+            return results
+        for i, (t, device, is_bool) in enumerate(zip(results, out_devices, out_bool, strict=True)):
+            t = t.view(torch.bool) if is_bool and t.dtype != torch.bool else t
+            results[i] = t if device.type == "cpu" else t.to(device)
         return results
 
     return run
-
-
-def _from_ort(value: ort.OrtValue) -> torch.Tensor:
-    if value.data_type() == "tensor(bool)":
-        return torch.from_numpy(value.numpy())
-    return torch.from_dlpack(value._ortvalue.to_dlpack())
 
 
 def check_shapes(artifact: bytes, gm: torch.fx.GraphModule) -> list[str]:
