@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diopi.env import ConfigError, env_flag, split_list
+from diopi.env import ATEN_PREFIXES, ConfigError, env_flag, split_list
 from diopi.op_names import CheckedOpList, aten_names
 
 FALLBACK_CONFIG_FILE = ".dipu_force_fallback_op_list.config"
@@ -83,9 +83,6 @@ def parse_visible_devices(text: str | None, source: str = VISIBLE_DEVICES) -> li
             raise ConfigError(f"{source}={text!r}: device {index} is listed twice")
         indices.append(index)
     return indices
-
-
-ATEN_PREFIXES = ("aten.", "aten::")
 
 
 def checked_op_list(entries: list[str], source: str) -> CheckedOpList:
