@@ -89,10 +89,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def dtype_from_name(name: str) -> torch.dtype:
     """``"float32"`` -> ``torch.float32``; a clear error for anything else."""
-    value = getattr(torch, str(name), None)
-    if not isinstance(value, torch.dtype):
-        raise CaseFormatError(f"unknown dtype {name!r}")
-    return value
+    return _torch_attr(name, torch.dtype, "dtype")
 
 
 def storage_span(shape: tuple[int, ...] | torch.Size, stride: tuple[int, ...]) -> int:

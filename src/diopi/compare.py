@@ -98,7 +98,7 @@ def env_name(dtype: torch.dtype, op: str | None = None) -> str:
 def op_env_names(dtype: torch.dtype, op: str) -> list[str]:
     """The per-op form ``<OPNAME>_AUTOCOMPARE_ERROR_TOLERANCE_<DTYPE>``: the whole op name first
     (``TORCH_NN_FUNCTIONAL_LINEAR_...``), then its last part (``LINEAR_...``)."""
-    suffix = f"{ENV_PREFIX}_{str(dtype).removeprefix('torch.').upper()}"
+    suffix = env_name(dtype)
     full = re.sub(r"[^0-9A-Za-z]", "_", op).upper()
     short = re.sub(r"[^0-9A-Za-z]", "_", op.rsplit(".", 1)[-1]).upper().strip("_")
     return list(dict.fromkeys(f"{name}_{suffix}" for name in (full, short) if name))

@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterable, Mapping
 
 __all__ = [
-    "FALSE_WORDS", "TRUE_WORDS", "ConfigError", "compile_op_list", "env_flag", "env_int", "folder_path",
-    "op_list_matches", "parse_flag", "split_list", "strip_op_prefix",
+    "ATEN_PREFIXES", "FALSE_WORDS", "TRUE_WORDS", "ConfigError", "compile_op_list", "env_flag", "env_int",
+    "folder_path", "op_list_matches", "parse_flag", "split_list", "strip_op_prefix",
 ]
 
 class ConfigError(ValueError):
@@ -79,7 +79,11 @@ def split_list(text: str) -> list[str]:
     return [item.strip() for item in text.replace("\n", ",").split(",") if item.strip()]
 
 
-def strip_op_prefix(entry: str, prefixes: Iterable[str] = ("aten.", "aten::")) -> str:
+#: The namespaces an ATen operator-name entry may start with (``aten.mm``, ``aten::mm``).
+ATEN_PREFIXES = ("aten.", "aten::")
+
+
+def strip_op_prefix(entry: str, prefixes: Iterable[str] = ATEN_PREFIXES) -> str:
     """An operator-name pattern without a leading namespace that log lines print (``aten.mm`` -> ``mm``)."""
     entry = entry.strip()
     for prefix in prefixes:

@@ -15,9 +15,7 @@ from typing import Any
 
 import torch
 
-
-def _stat_dtype(t: torch.Tensor) -> torch.dtype:
-    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+from diopi.custom_ops import _stat_dtype
 
 
 def _channels_last(t: torch.Tensor) -> torch.Tensor:

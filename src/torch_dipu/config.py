@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diopi.env import ConfigError, compile_op_list, env_flag, split_list, strip_op_prefix
+from diopi.env import ATEN_PREFIXES, ConfigError, env_flag, split_list
 from diopi.op_names import CheckedOpList, aten_names
 
 FALLBACK_CONFIG_FILE = ".dipu_force_fallback_op_list.config"
@@ -83,20 +83,6 @@ def parse_visible_devices(text: str | None, source: str = VISIBLE_DEVICES) -> li
             raise ConfigError(f"{source}={text!r}: device {index} is listed twice")
         indices.append(index)
     return indices
-
-
-ATEN_PREFIXES = ("aten.", "aten::")
-
-
-def op_pattern_text(entry: str) -> str:
-    """An operator-name pattern without the ``aten.`` / ``aten::`` prefix that log lines print."""
-    return strip_op_prefix(entry, ATEN_PREFIXES)
-
-
-def compile_patterns(entries: list[str], source: str) -> list[re.Pattern[str]]:
-    """Compile operator-name list entries as whole-name regular expressions (an ``aten.`` prefix is
-    allowed); a bad entry raises naming it (:func:`diopi.env.compile_op_list`)."""
-    return compile_op_list(entries, source, ATEN_PREFIXES)
 
 
 def checked_op_list(entries: list[str], source: str) -> CheckedOpList:

@@ -12,7 +12,7 @@ import torch
 from torch_dipu import host_sync
 from torch_dipu.host_sync import get_sync_debug_mode, set_sync_debug_mode, synchronize_count, synchronize_counts
 from torch_dipu.state import get_state
-from torch_dipu.streams import Event, Stream, current_stream, default_stream, set_stream, stream
+from torch_dipu.streams import Event, Stream, _index, current_stream, default_stream, set_stream, stream
 
 __all__ = [
     "Event", "Stream", "caching_allocator_alloc", "caching_allocator_delete", "current_device", "current_stream",
@@ -25,10 +25,6 @@ __all__ = [
     "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
     "get_sync_debug_mode", "set_sync_debug_mode", "synchronize_count", "synchronize_counts",
 ]
-
-
-def _index(device: torch.device | str | int | None) -> int:
-    return get_state().device_index(device)
 
 
 def is_available() -> bool:

@@ -238,6 +238,20 @@ def _always(kind: str, name: str) -> Callable[[Handler], Handler]:
     return wrap
 
 
+def _data_dependent_when(test: Callable[[tuple, dict | None], bool], name: str) -> Callable[[Handler], Handler]:
+    """Count a call of the handler for which ``test(args, kwargs)`` holds and whose positional arguments hold a
+    dipu tensor as one ``data_dependent`` synchronisation."""
+    def wrap(handler: Handler) -> Handler:
+        def counted(args: tuple, kwargs: dict | None) -> Any:
+            if test(args, kwargs):
+                index = _index_of(args)
+                if index is not None:
+                    record("data_dependent", index, name)
+            return handler(args, kwargs)
+        return counted
+    return wrap
+
+
 def handler_wrapper(func: torch._ops.OpOverload, packet: str, fallback: bool = False
                     ) -> Callable[[Handler], Handler] | None:
     """For an overload that may synchronise, a function wrapping its handler to count it; None otherwise
@@ -249,30 +263,13 @@ def handler_wrapper(func: torch._ops.OpOverload, packet: str, fallback: bool = F
     if fallback:
         return _always("copy_d2h", f"fallback::{name}")
     if packet == "repeat_interleave" and func._overloadname in ("Tensor", "self_Tensor"):
-        def unless_sized(handler: Handler) -> Handler:
-            def counted(args: tuple, kwargs: dict | None) -> Any:
-                if not kwargs or kwargs.get("output_size") is None:
-                    index = _index_of(args)
-                    if index is not None:
-                        record("data_dependent", index, name)
-                return handler(args, kwargs)
-            return counted
-        return unless_sized
+        return _data_dependent_when(lambda args, kwargs: not kwargs or kwargs.get("output_size") is None, name)
     if packet in _MASK_INDEXED:
         position = next((i for i, a in enumerate(func._schema.arguments) if a.name == "indices"), None)
         if position is None:
             return None
-
-        def masked(handler: Handler) -> Handler:
-            def counted(args: tuple, kwargs: dict | None) -> Any:
-                indices = args[position] if len(args) > position else (kwargs or {}).get("indices")
-                if _has_mask(indices):
-                    index = _index_of(args)
-                    if index is not None:
-                        record("data_dependent", index, name)
-                return handler(args, kwargs)
-            return counted
-        return masked
+        return _data_dependent_when(lambda args, kwargs: _has_mask(
+            args[position] if len(args) > position else (kwargs or {}).get("indices")), name)
     if packet in ("copy_", "copy"):
         def copying(handler: Handler) -> Handler:
             def counted(args: tuple, kwargs: dict | None) -> Any:

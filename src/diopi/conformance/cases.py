@@ -14,6 +14,7 @@ an in-place overload whose result cannot be written into its input) are left out
 from __future__ import annotations
 
 import itertools
+import math
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from diopi.conformance.spec import Config, Input, Values
+from diopi.conformance.spec import Config, Values
 
 #: The storage offset of an ``offset`` layout view.
 OFFSET = 3
@@ -78,10 +79,12 @@ class CaseSpec:
 def resolve_op(name: str) -> torch._ops.OpOverload:
     """``"add.Tensor"``, ``"aten.add.Tensor"``, ``"aten::add.Tensor"``, ``"diopi::rms_norm.default"`` or ``"add"``
     (the default overload) -> the OpOverload; ValueError when torch has none."""
+    from diopi.registry import _CUSTOM_NAMESPACES
+
     text = name.replace("::", ".")
     parts = text.split(".")
     if parts[0] not in ("aten",) and not (len(parts) >= 2 and hasattr(torch.ops, parts[0])
-                                          and parts[0] in _namespaces()):
+                                          and parts[0] in _CUSTOM_NAMESPACES):
         parts = ["aten", *parts]
     if len(parts) == 2:
         parts.append("default")
@@ -92,12 +95,6 @@ def resolve_op(name: str) -> torch._ops.OpOverload:
         return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
     except (AttributeError, RuntimeError):
         raise ValueError(f"operator {name!r}: torch has no {namespace}::{packet}.{overload}") from None
-
-
-def _namespaces() -> set[str]:
-    from diopi.registry import _CUSTOM_NAMESPACES
-
-    return set(_CUSTOM_NAMESPACES)
 
 
 def _is_shape(value: Any) -> bool:
@@ -124,19 +121,11 @@ def _groups(config: Config) -> list[tuple[Any, ...]]:
     return list(config.shapes)
 
 
-def _value_kind(config: Config, inp: Input) -> Values:
-    return inp.values or config.values
-
-
 def dtype_allows(values: Values, dtype: torch.dtype) -> bool:
     """False for value kinds a dtype cannot take (special values or probabilities on integers and bool)."""
     if dtype.is_floating_point or dtype.is_complex:
         return True
     return values.kind not in ("special", "probability")
-
-
-def _input_dtype(inp: Input, dtype: torch.dtype) -> torch.dtype:
-    return inp.dtype or dtype
 
 
 def _layout_applies(layout: str, config: Config, group: tuple[Any, ...]) -> bool:
@@ -172,7 +161,7 @@ def _combinations(config: Config) -> Iterator[tuple[tuple[Any, ...], torch.dtype
     params = _param_products(config)
     for group in _groups(config):
         for dtype in config.dtypes:
-            if not all(dtype_allows(_value_kind(config, inp), _input_dtype(inp, dtype))
+            if not all(dtype_allows(inp.values or config.values, inp.dtype or dtype)
                        for inp in config.inputs.values()):
                 continue
             if not config.inputs and not dtype_allows(config.values, dtype):
@@ -206,7 +195,7 @@ def _inplace_allowed(spec: CaseSpec) -> bool:
     op = resolve_op(spec.config.inplace or "")
     shapes = {}
     for (name, inp), shape in zip(spec.config.inputs.items(), spec.shapes, strict=True):
-        dtype = _input_dtype(inp, spec.dtype)
+        dtype = inp.dtype or spec.dtype
         if inp.list_of:
             each = [shape] * inp.list_of if _is_shape(shape) else shape
             shapes[name] = [torch.empty(s, dtype=dtype, device="meta") for s in each]
@@ -341,10 +330,7 @@ def make_tensor(values: Values, shape: tuple[int, ...], dtype: torch.dtype, layo
     t = _draw(values, shape, dtype, gen, first_shape, function)
     if layout == "contiguous":
         return t
-    n = 1
-    for s in shape:
-        n *= s
-    gap = _draw(values, (2 * n + OFFSET,), dtype, gen, first_shape, function)
+    gap = _draw(values, (2 * math.prod(shape) + OFFSET,), dtype, gen, first_shape, function)
     return _place(t, layout, gap)
 
 
@@ -356,8 +342,8 @@ def build_inputs(spec: CaseSpec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     first_shape: tuple[int, ...] | None = None
     for (name, inp), shape in zip(spec.config.inputs.items(), spec.shapes, strict=True):
-        dtype = _input_dtype(inp, spec.dtype)
-        values = _value_kind(spec.config, inp)
+        dtype = inp.dtype or spec.dtype
+        values = inp.values or spec.config.values
         if inp.list_of:
             each = [shape] * inp.list_of if _is_shape(shape) else list(shape)
             out[name] = [make_tensor(values, tuple(s), dtype, spec.layout, gen, first_shape, spec.function)

@@ -11,10 +11,10 @@ import argparse
 import multiprocessing
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from diopi.conformance.cases import ConfigError
 from diopi.conformance.device_config import DeviceConfig, DeviceConfigError, load_device_config
@@ -24,7 +24,6 @@ from diopi.conformance.suite import Suite, family_of, load_suite
 from diopi.env import ConfigError as EnvConfigError
 
 DEFAULT_DATA = "diopi_conformance_data"
-T = TypeVar("T")
 
 
 class UsageError(ValueError):
@@ -163,17 +162,11 @@ def _count_reachable(device: str, functions: list[str], out: Callable[[str], Non
 
 
 def _progress(total: int, label: str) -> Any:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
-                        disable=not sys.stderr.isatty(), console=_stderr_console())
-    return progress
-
-
-def _stderr_console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
+                    disable=not sys.stderr.isatty(), console=Console(stderr=True))
 
 
 def _pool(workers: int, initializer: Callable[..., None] | None = None,
@@ -258,11 +251,6 @@ def _run_chunk(paths: list[str]) -> list[CaseResult]:
     return [run_case(Path(p), _WORKER["target"], _WORKER["config"]) for p in paths]
 
 
-def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
 def _run(args: argparse.Namespace, suite: Suite, out: Callable[[str], None]) -> int:
     from diopi.conformance import report
 
@@ -289,7 +277,7 @@ def _run(args: argparse.Namespace, suite: Suite, out: Callable[[str], None]) -> 
                 progress.advance(task)
         else:
             with _pool(args.workers, _init_worker, (args.impl, args.device, options, args.device_config)) as pool:
-                for chunk in pool.map(_run_chunk, [[str(p) for p in c] for c in _chunks(todo, 16)]):
+                for chunk in pool.map(_run_chunk, [[str(p) for p in todo[i:i + 16]] for i in range(0, len(todo), 16)]):
                     results.extend(chunk)
                     progress.advance(task, len(chunk))
     if hasattr(target, "close"):

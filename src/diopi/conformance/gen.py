@@ -128,7 +128,8 @@ def write_case(target: Path, case_id: str, spec: CaseSpec, op: torch._ops.OpOver
     cf.write_case(target, record, case.data)
 
 
-def _callable(config: Config) -> Callable[..., Any]:
+def resolve_call(config: Config) -> Callable[..., Any]:
+    """The callable a ``call`` config names (``"package.module.function"``)."""
     module, _, attr = (config.call or "").rpartition(".")
     target: Any = importlib.import_module(module)
     for part in attr.split("."):
@@ -148,7 +149,7 @@ def run_recipe(spec: CaseSpec) -> list[RecordedCall]:
             args, kwargs = bind(op, {**inputs, **params}, config.function)
             return op(*args, **kwargs)
     else:
-        target = _callable(config)
+        target = resolve_call(config)
 
         def forward() -> Any:
             return target(**inputs, **params)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -281,8 +281,6 @@ def _written_through_list(t: torch.Tensor, args: list[Any], kwargs: dict[str, An
 
 
 def _renamed(c: TensorComparison, label: str) -> TensorComparison:
-    from dataclasses import replace
-
     return replace(c, message=f"{label}: {c.message}")
 
 

@@ -31,7 +31,6 @@ import torch
 LAYOUTS = ("contiguous", "noncontiguous", "offset")
 
 FLOAT = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-FLOAT32 = (torch.float32,)
 INT = (torch.int64, torch.int32)
 BOOL = (torch.bool,)
 

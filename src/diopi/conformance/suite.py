@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import diopi
 from diopi.conformance.cases import CaseSpec, ConfigError, expand_function, resolve_op
+from diopi.conformance.gen import resolve_call
 from diopi.conformance.spec import Config
 from diopi.functions import FAMILIES
 
@@ -74,11 +75,8 @@ def _check(config: Config, source: str) -> None:
             if key.endswith("=None") and key[:-5] not in config.inputs:
                 raise ConfigError(f"{where}: params: {key!r} names no input (inputs: {list(config.inputs)})")
     if config.call:
-        module, _, attr = config.call.rpartition(".")
         try:
-            target = importlib.import_module(module)
-            for part in attr.split("."):
-                target = getattr(target, part)
+            resolve_call(config)
         except (ImportError, AttributeError, ValueError):
             raise ConfigError(f"{where}: call: {config.call!r} is not an importable callable") from None
     if config.from_forward:

@@ -8,6 +8,7 @@ non-negative (second moments, Adagrad sums) and step counts (integers >= 1) are 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -49,14 +50,17 @@ def _unary(function: str, name: str, values: Values | None = None, lists: list |
                     lists=lists)
 
 
-def _binary(function: str, name: str, values: Values | None = None) -> list[Config]:
-    """The List, Scalar and ScalarList overloads of a binary ``_foreach_*`` function, each also in place."""
+def _binary(function: str, name: str, values: Values | None = None, *, other: Values | None = None,
+            list_params: dict | None = None, scalar: Sequence = (0.5, -1.0), scalars: Sequence = (0.25, -0.5, 2.0)
+            ) -> list[Config]:
+    """The List (``other`` values, default ``values``), Scalar and ScalarList overloads of a binary
+    ``_foreach_*`` function, each also in place."""
     return [
-        _foreach(function, f"_foreach_{name}.List", {"self": _lst(values), "other": _lst(values)},
-                 inplace=f"_foreach_{name}_.List"),
-        _foreach(function, f"_foreach_{name}.Scalar", {"self": _lst(values)}, {"scalar": [0.5, -1.0]},
+        _foreach(function, f"_foreach_{name}.List", {"self": _lst(values), "other": _lst(other or values)},
+                 list_params, inplace=f"_foreach_{name}_.List"),
+        _foreach(function, f"_foreach_{name}.Scalar", {"self": _lst(values)}, {"scalar": list(scalar)},
                  inplace=f"_foreach_{name}_.Scalar"),
-        _foreach(function, f"_foreach_{name}.ScalarList", {"self": _lst(values)}, {"scalars": [[0.25, -0.5, 2.0]]},
+        _foreach(function, f"_foreach_{name}.ScalarList", {"self": _lst(values)}, {"scalars": [list(scalars)]},
                  inplace=f"_foreach_{name}_.ScalarList"),
     ]
 
@@ -128,34 +132,15 @@ CONFIGS: list[Config] = [
            shapes=[((1,), (1,), (1,))], dtypes=F32, layouts=("contiguous", "offset"),
            params={"scale_growth_factor": [2.0], "scale_backoff_factor": [0.5, 0.125], "growth_interval": [1, 3, 2000]},
            note="found_inf 0 or 1: growth after growth_interval clean steps, or back-off"),
-    _foreach("diopiForeachAdd", "_foreach_add.List", {"self": _lst(), "other": _lst()}, {"alpha": [1, -0.5]},
-             inplace="_foreach_add_.List"),
-    _foreach("diopiForeachAdd", "_foreach_add.Scalar", {"self": _lst()}, {"scalar": [1.5]},
-             inplace="_foreach_add_.Scalar"),
-    _foreach("diopiForeachAdd", "_foreach_add.ScalarList", {"self": _lst()}, {"scalars": [[1.0, -2.0, 0.5]]},
-             inplace="_foreach_add_.ScalarList"),
+    *_binary("diopiForeachAdd", "add", list_params={"alpha": [1, -0.5]}, scalar=[1.5], scalars=[1.0, -2.0, 0.5]),
     _foreach("diopiForeachAdd", "_foreach_add.Scalar", {"self": _lst()}, {"scalar": [3]}, dtypes=(torch.int64,),
              lists=LISTS[:1], note="integer lists"),
-    _foreach("diopiForeachSub", "_foreach_sub.List", {"self": _lst(), "other": _lst()}, {"alpha": [1, 2]},
-             inplace="_foreach_sub_.List"),
-    _foreach("diopiForeachSub", "_foreach_sub.Scalar", {"self": _lst()}, {"scalar": [0.5]},
-             inplace="_foreach_sub_.Scalar"),
-    _foreach("diopiForeachSub", "_foreach_sub.ScalarList", {"self": _lst()}, {"scalars": [[1.0, -2.0, 0.5]]},
-             inplace="_foreach_sub_.ScalarList"),
-    _foreach("diopiForeachMul", "_foreach_mul.List", {"self": _lst(), "other": _lst()}, inplace="_foreach_mul_.List"),
-    _foreach("diopiForeachMul", "_foreach_mul.Scalar", {"self": _lst()}, {"scalar": [0.9, -2.0]},
-             inplace="_foreach_mul_.Scalar"),
-    _foreach("diopiForeachMul", "_foreach_mul.ScalarList", {"self": _lst()}, {"scalars": [[0.5, 2.0, -1.0]]},
-             inplace="_foreach_mul_.ScalarList"),
+    *_binary("diopiForeachSub", "sub", list_params={"alpha": [1, 2]}, scalar=[0.5], scalars=[1.0, -2.0, 0.5]),
+    *_binary("diopiForeachMul", "mul", scalar=[0.9, -2.0], scalars=[0.5, 2.0, -1.0]),
     Config("diopiForeachMul", op="_foreach_mul.Tensor", inputs={"self": _lst(), "other": Input()},
            shapes=[(entry, ()) for entry in LISTS], inplace="_foreach_mul_.Tensor",
            note="one 0-dim tensor factor (clip_grad_norm_'s clip coefficient)"),
-    _foreach("diopiForeachDiv", "_foreach_div.List", {"self": _lst(), "other": _lst(POSITIVE)},
-             inplace="_foreach_div_.List"),
-    _foreach("diopiForeachDiv", "_foreach_div.Scalar", {"self": _lst()}, {"scalar": [0.9, -4.0]},
-             inplace="_foreach_div_.Scalar"),
-    _foreach("diopiForeachDiv", "_foreach_div.ScalarList", {"self": _lst()}, {"scalars": [[0.5, 2.0, -1.0]]},
-             inplace="_foreach_div_.ScalarList"),
+    *_binary("diopiForeachDiv", "div", other=POSITIVE, scalar=[0.9, -4.0], scalars=[0.5, 2.0, -1.0]),
     Config("diopiForeachDiv", op="_foreach_div.Tensor", inputs={"self": _lst(), "other": Input(values=POSITIVE)},
            shapes=[(entry, ()) for entry in LISTS], inplace="_foreach_div_.Tensor"),
     _foreach("diopiForeachAddcmul", "_foreach_addcmul.Scalar", {"self": _lst(), "tensor1": _lst(), "tensor2": _lst()},

@@ -23,18 +23,17 @@ def _gates(n: int, h: int, k: int, state: int = 1) -> tuple[tuple[int, ...], ...
     return (n, k * h), (n, k * h), (n, state * h), (k * h,), (k * h,)
 
 
-_CELL_INPUTS = ("input_gates", "hidden_gates")
-_BIASES = ("input_bias", "hidden_bias")
+def _cell(function: str, op: str, state: str, k: int) -> Config:
+    """A fused cell with ``k`` gates: pre-activation gates, its ``state`` input and optional biases."""
+    return Config(function, op=op, inputs={"input_gates": Input(), "hidden_gates": Input(),
+                                           state: Input(values=Values("normal")), "input_bias": Input(),
+                                           "hidden_bias": Input()},
+                  shapes=[_gates(3, 4, k), _gates(1, 1, k), _gates(0, 2, k), _gates(16, 32, k)],
+                  params={"input_bias=None": [False, True], "hidden_bias=None": [False, True]}, dtypes=DTYPES,
+                  values=GATE)
 
 CONFIGS = [
-    Config(
-        "diopiLstmCell", op="_thnn_fused_lstm_cell.default",
-        inputs={"input_gates": Input(), "hidden_gates": Input(), "cx": Input(values=Values("normal")),
-                "input_bias": Input(), "hidden_bias": Input()},
-        shapes=[_gates(3, 4, 4), _gates(1, 1, 4), _gates(0, 2, 4), _gates(16, 32, 4)],
-        params={"input_bias=None": [False, True], "hidden_bias=None": [False, True]},
-        dtypes=DTYPES, values=GATE,
-    ),
+    _cell("diopiLstmCell", "_thnn_fused_lstm_cell.default", "cx", 4),
     Config(
         "diopiLstmCellBackward", op="_thnn_fused_lstm_cell_backward_impl.default",
         inputs={"grad_hy": Input(values=Values("normal")), "grad_cy": Input(values=Values("normal")),
@@ -45,14 +44,7 @@ CONFIGS = [
         params={"has_bias": [True, False], "grad_cy=None": [False, True]},
         dtypes=DTYPES, values=ACTIVATED,
     ),
-    Config(
-        "diopiGruCell", op="_thnn_fused_gru_cell.default",
-        inputs={"input_gates": Input(), "hidden_gates": Input(), "hx": Input(values=Values("normal")),
-                "input_bias": Input(), "hidden_bias": Input()},
-        shapes=[_gates(3, 4, 3), _gates(1, 1, 3), _gates(0, 2, 3), _gates(16, 32, 3)],
-        params={"input_bias=None": [False, True], "hidden_bias=None": [False, True]},
-        dtypes=DTYPES, values=GATE,
-    ),
+    _cell("diopiGruCell", "_thnn_fused_gru_cell.default", "hx", 3),
     Config(
         "diopiGruCellBackward", op="_thnn_fused_gru_cell_backward.default",
         inputs={"grad_hy": Input(values=Values("normal")), "workspace": Input()},

@@ -47,10 +47,6 @@ def _resize(function: str, op: str, shapes: list, output_sizes: list, dtypes: tu
                   params={"output_size": output_sizes, **params}, layouts=TWO_LAYOUTS)
 
 
-def _backward(function: str, forward: str, note: str = "") -> Config:
-    return Config(function, from_forward=forward, note=note)
-
-
 #: Batched inputs (the resize operators take no unbatched input).
 B1 = [((2, 3, 7),), ((1, 5, 9),), ((4, 16, 64),)]
 B2 = [((2, 3, 6, 7),), ((1, 4, 5, 9),), ((2, 8, 16, 16),)]
@@ -61,25 +57,25 @@ CONFIGS: list[Config] = [
     _resize("diopiUpsampleNearest", "upsample_nearest2d.default", B2, [[12, 14], [4, 3]]),
     _resize("diopiUpsampleNearest", "upsample_nearest2d.default", B2[:1], [[9, 10]], scales_h=[1.5], scales_w=[1.5]),
     _resize("diopiUpsampleNearest", "upsample_nearest3d.default", B3, [[8, 10, 12], [3, 2, 4]], NO_HALF),
-    _backward("diopiUpsampleNearestBackward", "diopiUpsampleNearest"),
+    Config("diopiUpsampleNearestBackward", from_forward="diopiUpsampleNearest"),
     _resize("diopiUpsampleNearestExact", "_upsample_nearest_exact1d.default", B1, [[14], [4]]),
     _resize("diopiUpsampleNearestExact", "_upsample_nearest_exact2d.default", B2, [[12, 14], [4, 3]]),
     _resize("diopiUpsampleNearestExact", "_upsample_nearest_exact3d.default", B3, [[8, 10, 12], [3, 2, 4]], NO_HALF),
-    _backward("diopiUpsampleNearestExactBackward", "diopiUpsampleNearestExact"),
+    Config("diopiUpsampleNearestExactBackward", from_forward="diopiUpsampleNearestExact"),
     _resize("diopiUpsampleLinear", "upsample_linear1d.default", B1, [[14], [4]], align_corners=[False, True]),
     _resize("diopiUpsampleLinear", "upsample_bilinear2d.default", B2, [[12, 14], [4, 3]], align_corners=[False, True]),
-    _backward("diopiUpsampleLinearBackward", "diopiUpsampleLinear"),
+    Config("diopiUpsampleLinearBackward", from_forward="diopiUpsampleLinear"),
     _resize("diopiUpsampleTrilinear3d", "upsample_trilinear3d.default", B3, [[8, 10, 12], [3, 2, 4]], NO_HALF,
             align_corners=[False, True]),
-    _backward("diopiUpsampleTrilinear3dBackward", "diopiUpsampleTrilinear3d"),
+    Config("diopiUpsampleTrilinear3dBackward", from_forward="diopiUpsampleTrilinear3d"),
     _resize("diopiUpsampleBicubic2d", "upsample_bicubic2d.default", B2, [[12, 14], [4, 3]], NO_HALF,
             align_corners=[False, True]),
-    _backward("diopiUpsampleBicubic2dBackward", "diopiUpsampleBicubic2d"),
+    Config("diopiUpsampleBicubic2dBackward", from_forward="diopiUpsampleBicubic2d"),
     _resize("diopiUpsampleAntialias", "_upsample_bilinear2d_aa.default", B2, [[3, 4], [12, 14]], F32_F64,
             align_corners=[False]),
     _resize("diopiUpsampleAntialias", "_upsample_bicubic2d_aa.default", B2, [[3, 4], [12, 14]], F32_F64,
             align_corners=[False]),
-    _backward("diopiUpsampleAntialiasBackward", "diopiUpsampleAntialias"),
+    Config("diopiUpsampleAntialiasBackward", from_forward="diopiUpsampleAntialias"),
     Config("diopiGridSampler2d", op="grid_sampler_2d.default", inputs={"input": Input(), "grid": GRID},
            shapes=[((2, 3, 6, 7), (2, 4, 5, 2))], dtypes=(torch.bfloat16,),
            params={"interpolation_mode": [0, 1], "padding_mode": [0], "align_corners": [False]}),
@@ -88,12 +84,12 @@ CONFIGS: list[Config] = [
            dtypes=F32_F64, layouts=TWO_LAYOUTS,
            params={"interpolation_mode": [0, 1, 2], "padding_mode": [0, 1, 2], "align_corners": [False, True]},
            note="modes: bilinear, nearest, bicubic x zeros, border, reflection; grid slightly outside [-1, 1]"),
-    _backward("diopiGridSampler2dBackward", "diopiGridSampler2d"),
+    Config("diopiGridSampler2dBackward", from_forward="diopiGridSampler2d"),
     Config("diopiGridSampler3d", op="grid_sampler_3d.default", inputs={"input": Input(), "grid": GRID},
            shapes=[((1, 2, 4, 5, 6), (1, 3, 3, 4, 3)), ((2, 3, 6, 6, 6), (2, 4, 4, 4, 3))], dtypes=F32_F64,
            layouts=TWO_LAYOUTS,
            params={"interpolation_mode": [0, 1], "padding_mode": [0, 1, 2], "align_corners": [False, True]}),
-    _backward("diopiGridSampler3dBackward", "diopiGridSampler3d"),
+    Config("diopiGridSampler3dBackward", from_forward="diopiGridSampler3d"),
     Config("diopiAffineGridGenerator", op="affine_grid_generator.default", inputs={"theta": Input()},
            shapes=[((2, 2, 3),)], params={"size": [[2, 3, 5, 7], [2, 1, 16, 16]], "align_corners": [False, True]}),
     Config("diopiAffineGridGenerator", op="affine_grid_generator.default", inputs={"theta": Input()},
@@ -121,7 +117,7 @@ CONFIGS: list[Config] = [
     Config("diopiRoiAlign", call=f"{HERE}.roi_align", inputs={"input": Input(), "corners": UNIT},
            shapes=[((1, 2, 8, 8), (0, 4))], params={"spatial_scale": [1.0], "pooled": [3], "sampling_ratio": [2],
                                                      "aligned": [True]}, note="no boxes"),
-    _backward("diopiRoiAlignBackward", "diopiRoiAlign"),
+    Config("diopiRoiAlignBackward", from_forward="diopiRoiAlign"),
     Config("diopiNms", call=f"{HERE}.nms", inputs={"corners": UNIT, "scores": Input(values=Values("probability"))},
            shapes=[((10, 4), (10,)), ((1, 4), (1,)), ((0, 4), (0,)), ((200, 4), (200,))], dtypes=F32_F64,
            params={"iou_threshold": [0.0, 0.3, 0.7]}, layouts=("contiguous", "noncontiguous")),

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from diopi.env import ConfigError, compile_op_list, split_list
+from diopi.env import ATEN_PREFIXES, ConfigError, compile_op_list, split_list
 from diopi.impl import written_arguments
 from diopi.op_names import CheckedOpList, aten_names
 from diopi.registry import DiopiFunction, Kernel, aten_packet_name
@@ -52,8 +52,6 @@ DEFAULT_PARAMS: dict[str, float | None] = {
     "grad": 2.0,
     "slow": 10.0,
 }
-#: An ``aten.`` / ``aten::`` prefix of a pattern is dropped (the names log lines print).
-ATEN_PREFIXES = ("aten.", "aten::")
 
 
 def op_names(op: torch._ops.OpOverload) -> tuple[str, ...]:
