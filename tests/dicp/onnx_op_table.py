@@ -77,12 +77,14 @@ def simple(name: str, fn: Callable[..., Any], make: Callable[[int], list[torch.T
 simple("add.Tensor", lambda a, b: aten.add.Tensor(a, b, alpha=2), x2)
 simple("add.Tensor_bcast_int", lambda a, b: aten.add.Tensor(a, b), lambda n: [_r(n, 3), _i(3)])
 simple("add.Scalar", lambda a: aten.add.Scalar(a, 2.5))
+simple("add.Tensor_int_alpha", lambda a, b: aten.add.Tensor(a, b, alpha=3), lambda n: [_i(n, 3), _i(n, 3)])
 simple("sub.Tensor", lambda a, b: aten.sub.Tensor(a, b), x2)
 simple("sub.Scalar", lambda a: aten.sub.Scalar(a, 1.5))
 simple("rsub.Tensor", lambda a, b: aten.rsub.Tensor(a, b), x2)
 simple("rsub.Scalar", lambda a: aten.rsub.Scalar(a, 1.0))
 simple("mul.Tensor", lambda a, b: aten.mul.Tensor(a, b), x2)
 simple("mul.Scalar", lambda a: aten.mul.Scalar(a, -3.0))
+simple("mul.Tensor_bool", lambda a, b: aten.mul.Tensor(a, b), lambda n: [_b(n, 3), _r(n, 3)])
 simple("div.Tensor", lambda a, b: aten.div.Tensor(a, b), lambda n: [_r(n, 3), _pos(n, 3)])
 simple("div.Scalar", lambda a: aten.div.Scalar(a, 4.0))
 simple("div.Tensor_mode_floor", lambda a, b: aten.div.Tensor_mode(a, b, rounding_mode="floor"),
@@ -95,14 +97,20 @@ simple("floor_divide_int", lambda a, b: aten.floor_divide.default(a, b),
 simple("remainder.Tensor", lambda a, b: aten.remainder.Tensor(a, b), lambda n: [_r(n, 3) * 5, _pos(n, 3)])
 simple("remainder.Scalar_int", lambda a: aten.remainder.Scalar(a, 3), lambda n: [_i(n, 3)])
 simple("fmod.Scalar", lambda a: aten.fmod.Scalar(a, 0.7))
+simple("fmod.Tensor", lambda a, b: aten.fmod.Tensor(a, b), lambda n: [_r(n, 3) * 5, -_pos(n, 3)])
+simple("fmod.Tensor_int", lambda a, b: aten.fmod.Tensor(a, b), lambda n: [_i(n, 3), torch.randint(1, 4, (n, 3))])
 simple("pow.Tensor_Scalar", lambda a: aten.pow.Tensor_Scalar(a, 3), lambda n: [_r(n, 3)])
 simple("pow.Tensor_Tensor", lambda a, b: aten.pow.Tensor_Tensor(a, b), lambda n: [_pos(n, 3), _r(n, 3)])
 simple("pow.Scalar", lambda a: aten.pow.Scalar(2.0, a))
 simple("maximum", lambda a, b: aten.maximum.default(a, b), x2)
 simple("minimum", lambda a, b: aten.minimum.default(a, b), x2)
+simple("maximum_int", lambda a, b: aten.maximum.default(a, b), lambda n: [_i(n, 3), _i(n, 3)])
 simple("bitwise_and.Tensor", lambda a, b: aten.bitwise_and.Tensor(a, b), lambda n: [_i(n, 3), _i(n, 3)])
 simple("bitwise_or.Tensor_bool", lambda a, b: aten.bitwise_or.Tensor(a, b), lambda n: [_b(n, 3), _b(n, 3)])
 simple("bitwise_xor.Tensor", lambda a, b: aten.bitwise_xor.Tensor(a, b), lambda n: [_i(n, 3), _i(n, 3)])
+simple("bitwise_and.Scalar", lambda a: aten.bitwise_and.Scalar(a, 6), lambda n: [_i(n, 3)])
+simple("bitwise_or.Scalar_neg", lambda a: aten.bitwise_or.Scalar(a, -8), lambda n: [_i(n, 3)])
+simple("bitwise_xor.Scalar_bool", lambda a: aten.bitwise_xor.Scalar(a, True), lambda n: [_b(n, 3)])
 simple("bitwise_not_bool", lambda a: aten.bitwise_not.default(a), lambda n: [_b(n, 3)])
 simple("logical_and", lambda a, b: aten.logical_and.default(a, b), lambda n: [_b(n, 3), _r(n, 3)])
 simple("logical_or", lambda a, b: aten.logical_or.default(a, b), lambda n: [_b(n, 3), _b(n, 3)])
@@ -128,6 +136,9 @@ simple("clamp", lambda a: aten.clamp.default(a, -0.5, 0.5))
 simple("clamp.Tensor", lambda a, lo: aten.clamp.Tensor(a, lo), x2)
 simple("clamp_min", lambda a: aten.clamp_min.default(a, 0.1))
 simple("clamp_max", lambda a: aten.clamp_max.default(a, 0.1))
+simple("clamp_min.Tensor", lambda a, b: aten.clamp_min.Tensor(a, b), lambda n: [_r(n, 3), _r(3)])
+simple("clamp_max.Tensor_int", lambda a, b: aten.clamp_max.Tensor(a, b), lambda n: [_i(n, 3), _i(n, 3)])
+simple("abs_int", lambda a: aten.abs.default(a), lambda n: [_i(n, 3)])
 simple("hardtanh", lambda a: aten.hardtanh.default(a, -0.3, 0.7))
 simple("leaky_relu", lambda a: aten.leaky_relu.default(a, 0.2))
 simple("gelu", lambda a: aten.gelu.default(a))
@@ -148,10 +159,23 @@ simple("lerp.Scalar", lambda a, b: aten.lerp.Scalar(a, b, 0.3), x2)
 # -- where, fill, casts, creation ----------------------------------------------------------------------------------
 simple("where.self", lambda c, a, b: aten.where.self(c, a, b), lambda n: [_b(n, 3), _r(n, 3), _r(n, 3)])
 simple("where.ScalarOther", lambda c, a: aten.where.ScalarOther(c, a, 0.5), lambda n: [_b(n, 3), _r(n, 3)])
+simple("where.ScalarSelf", lambda c, a: aten.where.ScalarSelf(c, 0.5, a), lambda n: [_b(n, 3), _r(n, 3)])
+simple("where.Scalar", lambda c: aten.where.Scalar(c, 1.5, -2.0), lambda n: [_b(n, 3)])
+simple("where.self_int", lambda c, a, b: aten.where.self(c, a, b), lambda n: [_b(n, 3), _i(n, 3), _i(n, 3)])
 simple("masked_fill.Scalar", lambda a, m: aten.masked_fill.Scalar(a, m, -1e9), lambda n: [_r(n, 3), _b(n, 3)])
 simple("masked_fill.Tensor", lambda a, m, v: aten.masked_fill.Tensor(a, m, v),
        lambda n: [_r(n, 3), _b(n, 3), torch.tensor(2.0)])
 simple("fill.Scalar", lambda a: aten.fill.Scalar(a, 3.0))
+simple("fill.Tensor", lambda a, v: aten.fill.Tensor(a, v), lambda n: [_r(n, 3), torch.tensor(2.5)])
+simple("fill.Tensor_int", lambda a, v: aten.fill.Tensor(a, v), lambda n: [_i(n, 3), torch.tensor(2.7)])
+# empty memory is only read after fill_ overwrote it (or for its shape), so the outputs are deterministic
+simple("empty_like", lambda a: aten.add.Tensor(aten.fill.Scalar(aten.empty_like.default(a), 2.0), a))
+simple("empty_like_int",
+       lambda a: aten.add.Tensor(aten.fill.Scalar(aten.empty_like.default(a, dtype=torch.int32), 1), a),
+       lambda n: [_i(n, 3)])
+simple("empty.memory_format",
+       lambda a: aten.mul.Tensor(aten.fill.Scalar(aten.empty.memory_format([a.shape[0], 3]), 2.0), a))
+simple("new_empty", lambda a: aten.fill.Scalar(aten.new_empty.default(a, [2, a.shape[0]], dtype=torch.int64), 4))
 simple("full_like", lambda a: aten.full_like.default(a, 7.0))
 simple("zeros_like", lambda a: aten.zeros_like.default(a))
 simple("ones_like", lambda a: aten.ones_like.default(a, dtype=torch.int64))
@@ -160,6 +184,9 @@ simple("_to_copy_half", lambda a: aten._to_copy.default(a, dtype=torch.float16))
 simple("convert_element_type", lambda a: prims.convert_element_type.default(a, torch.float64))
 simple("clone", lambda a: aten.clone.default(a))
 simple("alias", lambda a: aten.alias.default(a) + 1)
+simple("detach", lambda a: aten.detach.default(a) + 1)
+simple("detach_int", lambda a: aten.detach.default(a), lambda n: [_i(n, 3)])
+simple("lift_fresh_copy", lambda a: aten.lift_fresh_copy.default(a) * 2)
 simple("copy", lambda a, b: aten.copy.default(a, b), lambda n: [_r(n, 3), _i(3)])
 simple("full", lambda a: aten.add.Tensor(a, aten.full.default([a.shape[0], 3], 2.0)))
 simple("zeros", lambda a: aten.add.Tensor(a, aten.zeros.default([a.shape[0], 1])))
@@ -180,6 +207,7 @@ simple("triu", lambda a: aten.triu.default(a), lambda n: [_r(n, n)])
 simple("sum.default", lambda a: aten.sum.default(a))
 simple("sum.dim_IntList", lambda a: aten.sum.dim_IntList(a, [0], keepdim=True))
 simple("sum_bool", lambda a: aten.sum.dim_IntList(a, [1]), lambda n: [_b(n, 3)])
+simple("sum_int", lambda a: aten.sum.dim_IntList(a, [0]), lambda n: [_i(n, 3)])
 simple("mean.default", lambda a: aten.mean.default(a))
 simple("mean.dim", lambda a: aten.mean.dim(a, [-1]))
 simple("amax", lambda a: aten.amax.default(a, [1]))
@@ -188,9 +216,18 @@ simple("max.default", lambda a: aten.max.default(a))
 simple("min.default", lambda a: aten.min.default(a))
 simple("max.dim", lambda a: aten.max.dim(a, 1))
 simple("min.dim", lambda a: aten.min.dim(a, 0, True))
+simple("max.dim_int", lambda a: aten.max.dim(a, 1), lambda n: [torch.randperm(n * 3).view(n, 3)])
 simple("prod.dim_int", lambda a: aten.prod.dim_int(a, 1))
+simple("prod.default", lambda a: aten.prod.default(a))
+simple("prod.default_int", lambda a: aten.prod.default(a), lambda n: [torch.randint(-2, 3, (n, 3))])
 simple("any.dim", lambda a: aten.any.dim(a, 1), lambda n: [_b(n, 3)])
 simple("all.default", lambda a: aten.all.default(a), lambda n: [_b(n, 3)])
+simple("any.default_float", lambda a: aten.any.default(a), lambda n: [_i(n, 3, high=2).float()])
+simple("any.dims", lambda a: aten.any.dims(a, [1], True), lambda n: [_b(n, 3)])
+simple("all.dim_int", lambda a: aten.all.dim(a, 0, True), lambda n: [_i(n, 3, high=2)])
+simple("all.dims", lambda a: aten.all.dims(a, [0, 1]), lambda n: [_b(n, 3)])
+simple("any.dims_empty", lambda a: aten.any.dims(a, []), lambda n: [_b(n, 3)])  # an empty list reduces nothing
+simple("all.dims_empty_keepdim", lambda a: aten.all.dims(a, [], True), lambda n: [_r(n, 3)])
 simple("var.correction", lambda a: aten.var.correction(a, [1], correction=1))
 simple("var.correction_all", lambda a: aten.var.correction(a, None, correction=0, keepdim=True))
 simple("var_mean.correction", lambda a: aten.var_mean.correction(a, [0], correction=1))
@@ -312,6 +349,8 @@ simple("native_batch_norm_eval",
        lambda x, w, b, rm, rv: aten.native_batch_norm.default(x, w, b, rm, rv, False, 0.1, 1e-5)[0], _bn_inputs)
 simple("_native_batch_norm_legit.no_stats",
        lambda x, w, b, rm, rv: aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5), _bn_inputs)
+simple("_native_batch_norm_legit_eval",
+       lambda x, w, b, rm, rv: aten._native_batch_norm_legit.default(x, w, b, rm, rv, False, 0.1, 1e-5), _bn_inputs)
 simple("native_batch_norm_backward",
        lambda g, x, w, b, rm, rv: aten.native_batch_norm_backward.default(
            g, x, w, rm, rv, *aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5)[1:], True, 1e-5,
@@ -368,3 +407,22 @@ simple("avg_pool2d_backward_include_pad",
 simple("_adaptive_avg_pool2d", lambda x: aten._adaptive_avg_pool2d.default(x, [1, 1]), lambda n: [_r(2, 3, n, n)])
 simple("_adaptive_avg_pool2d_backward",
        lambda g, x: aten._adaptive_avg_pool2d_backward.default(g, x), lambda n: [_r(2, 3, 2, 3), _r(2, 3, n, 7)])
+
+# -- attention -----------------------------------------------------------------------------------------------------
+simple("_scaled_dot_product_flash_attention_for_cpu_causal",
+       lambda q, k, v: aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, True),
+       lambda n: [_r(1, 2, n, 8), _r(1, 2, n, 8), _r(1, 2, n, 8)])
+simple("_scaled_dot_product_flash_attention_for_cpu_mask_scale",
+       lambda q, k, v, m: aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, False, attn_mask=m,
+                                                                                   scale=0.3),
+       lambda n: [_r(2, 2, n, 8), _r(2, 2, n + 1, 8), _r(2, 2, n + 1, 8), _r(1, 1, n, n + 1)])
+
+
+def _sdpa_backward(g: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, False, scale=0.5)
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward.default(g, q, k, v, out, lse, 0.0, False,
+                                                                             scale=0.5)
+
+
+simple("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_backward,
+       lambda n: [_r(1, 2, n, 8), _r(1, 2, n, 8), _r(1, 2, n + 2, 8), _r(1, 2, n + 2, 8)])

@@ -442,6 +442,8 @@ def prod(ctx: ConversionContext, x: str, dim: Any = None, keepdim: bool = False,
 @register([aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims])
 def any_all(ctx: ConversionContext, x: str, dim: Any = None, keepdim: bool = False) -> str:
     op = "ReduceMax" if ctx.node.target in (aten.any.default, aten.any.dim, aten.any.dims) else "ReduceMin"
+    if ctx.node.target in (aten.any.dims, aten.all.dims) and dim is not None and len(dim) == 0:
+        return ctx.cast(x, torch.bool)  # an empty dim list reduces nothing (unlike sum's)
     flags = ctx.cast(ctx.cast(x, torch.bool), torch.int32)
     return ctx.cast(_reduce(ctx, op, flags, dim, keepdim, torch.int32), torch.bool)
 
