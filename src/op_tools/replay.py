@@ -24,6 +24,7 @@ import torch
 
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs
+from diopi.tensor_walk import map_leaves
 from op_tools import upstream_capture
 from op_tools.device_sync import synchronizer
 from op_tools.module_case import ModuleCall, rebuild_module
@@ -171,15 +172,7 @@ class _Rebuilt:
 
 
 def _host(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu")
-    if isinstance(value, tuple) and type(value).__module__ == "torch.return_types":
-        return type(value)(tuple(_host(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_host(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _host(v) for k, v in value.items()}
-    return value
+    return map_leaves(value, lambda v: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v)
 
 
 def _bitwise(actual: Any, expected: Any) -> bool:
@@ -349,10 +342,8 @@ def _judge(result: CaseResult, case: cf.LoadedCase, func: Callable[..., Any], ou
         expected, expected_fp64 = _captured(case, record["outputs"], "o"), None
     if record.get("random"):
         result.forward = "SKIP (random)"
-        result.bitwise_forward = None
     elif is_uninitialized_name(case.op):  # torch.empty & co.: the values are whatever memory held
         result.forward = "SKIP (uninitialized)"
-        result.bitwise_forward = None
     else:
         comparisons = compare_outputs(actual, expected, expected_fp64=expected_fp64, op=case.op)
         result.forward, result.max_abs_error = _verdict(comparisons)
