@@ -78,6 +78,7 @@ class OpObserve(OpTool):
     """
 
     env_prefix = "OP_OBSERVE"
+    read_config = staticmethod(config.observe_config)
     phases = Phase.AFTER | Phase.BACKWARD  # observation only: the engine's thin path
     backward_needs = "meta"
 
@@ -94,9 +95,6 @@ class OpObserve(OpTool):
         self.backward_observed = 0
         self.lines = 0
         self._out: IO[str] | None = None
-
-    def read_config(self) -> config.ObserveConfig:
-        return config.observe_config()
 
     def apply_config(self, cfg: config.ObserveConfig) -> None:
         self.file = self.explicit("file", cfg.file)
