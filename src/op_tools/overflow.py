@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from diopi.case_format import dtype_name
 from diopi.step_lines import StepLines
 from diopi.tensor_walk import leaves, tensors_in
 from op_tools import config
@@ -74,10 +75,6 @@ def _nonfinite_stats(tensors: list[torch.Tensor]) -> list[dict[str, Any]] | None
             return None
     stats = device_stats(tensors)
     return stats if any(s["nan"] or s["inf"] for s in stats) else None
-
-
-def _dtype(dtype: torch.dtype | str) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _number(value: float | None) -> str:
@@ -195,7 +192,7 @@ class OpOverflowCheck(ResultsTool):
         state.fwd_nan, state.fwd_inf = _flags(stats)
         src_nan, src_inf = self._input_sources(call, state)
         state.fwd_nan, state.fwd_inf = state.fwd_nan or src_nan, state.fwd_inf or src_inf
-        found = [(f"out[{k}]", _dtype(t.dtype), list(t.shape), s) for (k, t), s in zip(outputs, stats, strict=True)]
+        found = [(f"out[{k}]", dtype_name(t.dtype), list(t.shape), s) for (k, t), s in zip(outputs, stats, strict=True)]
         if self._judge(call, "forward", found, src_nan, src_inf, call.call_site):
             self.flagged += 1
 
@@ -205,7 +202,7 @@ class OpOverflowCheck(ResultsTool):
         if isinstance(grad, dict):
             return grad
         if isinstance(grad, torch.Tensor):  # another active tool asked for host copies
-            return {"shape": list(grad.shape), "dtype": _dtype(grad.dtype), **tensor_stats(grad)}
+            return {"shape": list(grad.shape), "dtype": dtype_name(grad.dtype), **tensor_stats(grad)}
         return None
 
     def on_backward(self, call: OpCall, state: _State, grad_inputs: dict[int, Any],
