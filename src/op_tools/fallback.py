@@ -35,14 +35,12 @@ _LEAVE_DEVICE = frozenset({"torch.Tensor.cpu", "torch.Tensor.cuda", "torch.Tenso
 
 
 def _as_device(value: Any) -> torch.device | None:
-    if isinstance(value, torch.device):
-        return value
     if isinstance(value, str):
         try:
             return torch.device(value)
         except RuntimeError:
             return None
-    return None
+    return value if isinstance(value, torch.device) else None
 
 
 class _RandomFromDevice:

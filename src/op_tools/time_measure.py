@@ -183,8 +183,7 @@ class OpTimeMeasure(ResultsTool):
     # -- clocks ----------------------------------------------------------------------------------------
     def _mark(self) -> Any:
         if self.mode == "sync":
-            self._sync()
-            return time.perf_counter()
+            return self._sync_mark()
         event = self._new_event()
         event.record()
         return event
