@@ -93,7 +93,6 @@ class OpOverflowCheck(ResultsTool):
     """
 
     env_prefix = "OP_OVERFLOW_CHECK"
-    read_config = staticmethod(config.overflow_check_config)
     steps_env = config.OVERFLOW_CHECK_STEPS_ENV
     results_folder = "op_overflow_check"
     phases = Phase.BEFORE | Phase.AFTER | Phase.BACKWARD
