@@ -22,7 +22,7 @@ with the number of FAIL rows and the worst one (:mod:`diopi.step_lines`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -58,7 +58,6 @@ class _CallState:
     outputs_host: Any = None
     reference: tuple[Any, dict[int, torch.Tensor]] | None = None  # CPU outputs and input leaves, for backward
     saved_case: str | None = None
-    forward_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _host(value: Any) -> Any:
@@ -81,6 +80,7 @@ class OpAutoCompare(ResultsTool):
     """
 
     env_prefix = "OP_AUTOCOMPARE"
+    read_config = staticmethod(config.autocompare_config)
     steps_env = config.AUTOCOMPARE_STEPS_ENV
     results_folder = "op_autocompare"
     phases = Phase.BEFORE | Phase.AFTER | Phase.BACKWARD
@@ -102,9 +102,6 @@ class OpAutoCompare(ResultsTool):
         self.calls_checked = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def read_config(self) -> config.AutoCompareConfig:
-        return config.autocompare_config()
-
     def apply_config(self, cfg: config.AutoCompareConfig) -> None:
         self.max_cases = self.explicit("max_cases", cfg.max_cases)
 
@@ -230,19 +227,20 @@ class OpAutoCompare(ResultsTool):
             self._row(call, "backward", "SKIP", "-", message=f"no CPU reference: {type(exc).__name__}: {exc}")
             state.case, state.outputs_host = None, None
             return
-        comparisons = [compare_tensors(grad_inputs[j], ref.to(grad_inputs[j].dtype), op=call.name, atol=self.atol,
-                                       rtol=self.rtol, noise_factor=self.noise_factor, path=f"grad_input[{j}]")
-                       for j, ref in expected.items()]
+
+        def judge(wide: dict[int, torch.Tensor]) -> list[TensorComparison]:
+            return [compare_tensors(grad_inputs[j], ref.to(grad_inputs[j].dtype), expected_fp64=wide.get(j),
+                                    op=call.name, atol=self.atol, rtol=self.rtol, noise_factor=self.noise_factor,
+                                    path=f"grad_input[{j}]") for j, ref in expected.items()]
+
+        comparisons = judge({})
         if any(c.verdict == Verdict.FAIL for c in comparisons):
             try:
                 out, _, leaves = self._graph_reference(call, state, wide=True)
                 wide = self._reference_grads((out, leaves), grad_inputs, grad_outputs)
             except Exception:  # no float64 kernel: judge by the tolerance alone
                 wide = {}
-            comparisons = [compare_tensors(grad_inputs[j], ref.to(grad_inputs[j].dtype), expected_fp64=wide.get(j),
-                                           op=call.name, atol=self.atol, rtol=self.rtol,
-                                           noise_factor=self.noise_factor, path=f"grad_input[{j}]")
-                           for j, ref in expected.items()]
+            comparisons = judge(wide)
             if any(c.verdict == Verdict.FAIL for c in comparisons) and state.saved_case is None:
                 state.saved_case = self._save_case(call, state, state.outputs_host, None,
                                                    (grad_inputs, grad_outputs))

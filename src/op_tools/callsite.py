@@ -13,7 +13,7 @@ from types import FrameType
 
 import torch
 
-__all__ = ["call_site", "skip_frames_under"]
+__all__ = ["call_site"]
 
 _SKIP_DIRS: list[str] = [
     os.path.dirname(torch.__file__) + os.sep,
@@ -22,12 +22,6 @@ _SKIP_DIRS: list[str] = [
 ]
 _skip_cache: dict[str, bool] = {}
 _text_cache: dict[tuple[object, int], str] = {}
-
-
-def skip_frames_under(path: str) -> None:
-    """Also skip frames from files under ``path`` (a package that wraps torch calls, like ditorch's mocks)."""
-    _SKIP_DIRS.append(os.path.abspath(path))
-    _skip_cache.clear()
 
 
 def _skipped(frame: FrameType) -> bool:

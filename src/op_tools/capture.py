@@ -37,8 +37,7 @@ from op_tools.tool import OpTool
 
 __all__ = ["OpCapture"]
 
-DEFAULT_MAX_BYTES = config.DEFAULT_CAPTURE_MAX_BYTES
-MODES = ("data", "stats")
+MODES = config.CAPTURE_MODES
 #: Statistics rows held (their device statistics unread) before they are written; they are also written at
 #: each new step, on :meth:`OpCapture.flush` and when the tool stops.
 MAX_PENDING_ROWS = 4096
@@ -93,6 +92,7 @@ class OpCapture(OpTool):
     """
 
     env_prefix = "OP_CAPTURE"
+    read_config = staticmethod(config.capture_config)
     steps_env = config.CAPTURE_STEPS_ENV
     phases = Phase.BEFORE | Phase.AFTER | Phase.BACKWARD
     backward_needs = "data"
@@ -131,9 +131,6 @@ class OpCapture(OpTool):
         self._rank = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def read_config(self) -> config.CaptureConfig:
-        return config.capture_config()
-
     def apply_config(self, cfg: config.CaptureConfig) -> None:
         mode = self.explicit("mode", cfg.mode, lambda given: given.strip().lower())
         if mode not in MODES:
@@ -266,7 +263,6 @@ class OpCapture(OpTool):
         note = {}
         if state.input_versions is None:  # the call may have written its inputs: their statistics are new
             deferred_stats.forget(call.inputs)
-        if state.input_versions is None:
             state.stats.update(_device_stats(state.output_keys, call.outputs))
         else:
             if any(t._version != v for t, v in zip(call.inputs, state.input_versions, strict=True)):

@@ -27,18 +27,13 @@ import torch
 
 from op_tools.naming import COLLECTIVES, FunctionInfo, info_for_name
 
-__all__ = ["COLLECTIVES", "describe", "install", "installed", "needs_other_ranks", "remove"]
+__all__ = ["COLLECTIVES", "describe", "install", "needs_other_ranks", "remove"]
 
 #: ``(module, attribute, original, wrapper)`` of every function replaced by :func:`install`.
 _patched: list[tuple[Any, str, Any, Any]] = []
 # True on a thread with a torch function mode on (the tools' thread), False inside a tool's own work, inside a
 # call the engine is handling and on other threads: those calls are not the user's on the tools' thread.
 _mode_enabled = torch._C._is_torch_function_mode_enabled
-
-
-def installed() -> bool:
-    """Whether the wrappers are on ``torch.distributed`` now."""
-    return bool(_patched)
 
 
 def install(runner: Callable[[FunctionInfo, Callable[..., Any], tuple, dict, Any], Any],
@@ -105,9 +100,7 @@ def _group(args: tuple, kwargs: dict) -> Any:
     import torch.distributed as dist
 
     group = kwargs.get("group")
-    if group is None:
-        group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
-    return group
+    return group if group is not None else next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
 
 
 def describe(name: str, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -28,7 +28,6 @@ __all__ = [
     "DtypeCastConfig",
     "FallbackConfig",
     "ObserveConfig",
-    "OverflowCheckConfig",
     "TimeMeasureConfig",
     "ToolConfig",
     "autocompare_config",
@@ -179,11 +178,6 @@ class AutoCompareConfig(ToolConfig):
 
 
 @dataclass(frozen=True)
-class OverflowCheckConfig(ToolConfig):
-    pass
-
-
-@dataclass(frozen=True)
 class TimeMeasureConfig(ToolConfig):
     #: ``OP_TIME_MEASURE_MODE``: ``event``, ``sync`` or None (the device decides).
     mode: str | None
@@ -248,9 +242,9 @@ def autocompare_config(env: Mapping[str, str] | None = None) -> AutoCompareConfi
                              max_cases=_int(env, AUTOCOMPARE_MAX_CASES_ENV, 100, 0))
 
 
-def overflow_check_config(env: Mapping[str, str] | None = None) -> OverflowCheckConfig:
-    """OpOverflowCheck: lists and ``OP_OVERFLOW_CHECK_STEPS``."""
-    return OverflowCheckConfig(**_common("OP_OVERFLOW_CHECK", OVERFLOW_CHECK_STEPS_ENV, _environ(env)))
+def overflow_check_config(env: Mapping[str, str] | None = None) -> ToolConfig:
+    """OpOverflowCheck (the settings every tool has): lists and ``OP_OVERFLOW_CHECK_STEPS``."""
+    return tool_config("OP_OVERFLOW_CHECK", OVERFLOW_CHECK_STEPS_ENV, env)
 
 
 def time_measure_config(env: Mapping[str, str] | None = None) -> TimeMeasureConfig:

@@ -35,6 +35,7 @@ from diopi.env import ConfigError
 from op_tools.config import int_at_least
 from op_tools.naming import resolve_function
 from op_tools.replay import _output_tensors, _Rebuilt, find_cases, not_replayable
+from op_tools.run_op_from_data import NO_CASE_HINT
 
 
 @dataclass
@@ -176,8 +177,7 @@ def run(args: Any) -> int:
     prog = "ditorch conformance from-capture"
     try:
         if not find_cases(args.capture_dir):
-            raise ConfigError(f"{str(args.capture_dir)!r} holds no captured case; expected a folder written by "
-                              f"OpCapture, e.g. op_tools_results/op_capture/<run>")
+            raise ConfigError(f"{str(args.capture_dir)!r} holds no captured case; {NO_CASE_HINT}")
         result = cases_from_capture(args.capture_dir, args.out_dir, per_function=args.per_function,
                                     allow_modules=tuple(args.allow_module))
     except (FileNotFoundError, ConfigError) as exc:

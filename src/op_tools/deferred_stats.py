@@ -14,11 +14,13 @@ than :data:`MAX_PENDING` tensors wait, so memory stays bounded and synchronisati
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
 import torch
 
+from diopi.case_format import dtype_name
 from op_tools import host_stats_worker
 from op_tools.protocol import internal
 from op_tools.tensor_stats import COLUMNS, device_reduce, stats_of_columns, tensor_stats
@@ -95,7 +97,7 @@ def defer(tensors: list[torch.Tensor], into: Targets) -> None:
         resolve()
 
 
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
+_dtype_name = functools.cache(dtype_name)  # "float32", looked up once per dtype
 
 
 def statistics_later(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
@@ -106,10 +108,7 @@ def statistics_later(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, An
     stats = {}
     device_names = []
     for name, t in tensors.items():
-        dtype = _DTYPE_NAMES.get(t.dtype)
-        if dtype is None:
-            dtype = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
-        stats[name] = {"dtype": dtype, "shape": list(t.shape), "numel": t.numel()}
+        stats[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape), "numel": t.numel()}
         if not (t.is_floating_point() or t.is_complex()):
             continue
         if t.device.type == "cpu":

@@ -27,7 +27,6 @@ def draws_from_cpu(device_type: str, index: int = 0, module: Any = None) -> bool
         return known
     module = module if module is not None else getattr(torch, device_type, None)
     cpu_state = torch.get_rng_state()
-    device_state = None
     try:
         device_state = module.get_rng_state(index) if hasattr(module, "get_rng_state") else None
     except Exception:  # noqa: BLE001  (a generator the plugin cannot read: nothing to put back)

@@ -54,6 +54,7 @@ class OpDtypeCast(ResultsTool):
     """
 
     env_prefix = "OP_DTYPE_CAST"
+    read_config = staticmethod(config.dtype_cast_config)
     results_folder = "op_dtype_cast"
     phases = Phase.BEFORE | Phase.EXECUTE
 
@@ -66,9 +67,6 @@ class OpDtypeCast(ResultsTool):
         self.keep_explicit(cast=cast)
         self.apply_config(self.config)
         self.casts = 0
-
-    def read_config(self) -> config.DtypeCastConfig:
-        return config.dtype_cast_config()
 
     def apply_config(self, cfg: config.DtypeCastConfig) -> None:
         # (text, where it came from): an error names the keyword or the variable

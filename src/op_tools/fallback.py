@@ -35,14 +35,12 @@ _LEAVE_DEVICE = frozenset({"torch.Tensor.cpu", "torch.Tensor.cuda", "torch.Tenso
 
 
 def _as_device(value: Any) -> torch.device | None:
-    if isinstance(value, torch.device):
-        return value
     if isinstance(value, str):
         try:
             return torch.device(value)
         except RuntimeError:
             return None
-    return None
+    return value if isinstance(value, torch.device) else None
 
 
 class _RandomFromDevice:
@@ -86,6 +84,7 @@ class OpFallback(ResultsTool):
     """
 
     env_prefix = "OP_FALLBACK"
+    read_config = staticmethod(config.fallback_config)
     results_folder = "op_fallback"
     phases = Phase.BEFORE | Phase.EXECUTE
 
@@ -102,9 +101,6 @@ class OpFallback(ResultsTool):
         self.apply_config(self.config)
         self.fallen_back = 0
         self.in_float32 = 0
-
-    def read_config(self) -> config.FallbackConfig:
-        return config.fallback_config()
 
     def apply_config(self, cfg: config.FallbackConfig) -> None:
         self.retry_float32 = self.explicit("retry_float32", cfg.retry_float32)
@@ -211,11 +207,7 @@ class OpFallback(ResultsTool):
             return func(*a, **k)
 
         out = sub.run(on_cpu, cargs, ckwargs, quiet=call.name in QUIET_WRITERS)
-        if sub.resized():
-            return _ON_DEVICE
-        if sub.makes_view(out, shared_storage=True):
-            return _ON_DEVICE
-        return out
+        return _ON_DEVICE if sub.resized() or sub.makes_view(out, shared_storage=True) else out
 
     def _record(self, call: OpCall, message: str) -> None:
         self.fallen_back += 1

@@ -20,7 +20,6 @@ class HostBufferPool:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.kept_bytes = 0
-        self.reused = 0
         self._free: dict[tuple[torch.dtype, int], list[torch.Tensor]] = {}
         self._lock = threading.Lock()
 
@@ -31,7 +30,6 @@ class HostBufferPool:
             if free:
                 buffer = free.pop()
                 self.kept_bytes -= buffer.numel() * buffer.element_size()
-                self.reused += 1
                 return buffer
         return torch.empty(numel, dtype=dtype)
 

@@ -6,12 +6,14 @@ Lines go to stderr, or to a file (``file=`` / ``OP_OBSERVE_FILE``). Observing ne
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import IO, Any
 
 import torch
 
+from diopi.case_format import dtype_name
 from op_tools import config
 from op_tools.autograd_hooks import GradMeta
 from op_tools.protocol import OpCall, Phase, print_line
@@ -20,15 +22,7 @@ from op_tools.tool import OpTool
 __all__ = ["OpObserve", "describe_tensor"]
 
 
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def _dtype(dtype: torch.dtype) -> str:
-    try:
-        return _DTYPE_NAMES[dtype]
-    except KeyError:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-        return name
+_dtype = functools.cache(dtype_name)  # "float32", looked up once per dtype
 
 
 def describe_tensor(t: torch.Tensor | GradMeta) -> str:
@@ -38,7 +32,7 @@ def describe_tensor(t: torch.Tensor | GradMeta) -> str:
 
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
-        return f"{_dtype(value.dtype)}{list(value.shape)}"
+        return describe_tensor(value)
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
         inner = ", ".join(_describe(v) for v in value[:8])
         more = ", ..." if len(value) > 8 else ""
@@ -78,6 +72,7 @@ class OpObserve(OpTool):
     """
 
     env_prefix = "OP_OBSERVE"
+    read_config = staticmethod(config.observe_config)
     phases = Phase.AFTER | Phase.BACKWARD  # observation only: the engine's thin path
     backward_needs = "meta"
 
@@ -94,9 +89,6 @@ class OpObserve(OpTool):
         self.backward_observed = 0
         self.lines = 0
         self._out: IO[str] | None = None
-
-    def read_config(self) -> config.ObserveConfig:
-        return config.observe_config()
 
     def apply_config(self, cfg: config.ObserveConfig) -> None:
         self.file = self.explicit("file", cfg.file)
@@ -137,16 +129,8 @@ class OpObserve(OpTool):
         if call.kwargs:
             kw = ", ".join(f"{k}={_describe(v)}" for k, v in call.kwargs.items())
             inputs = f"{inputs}, {kw}" if inputs else kw
-        device = self.device_type
-        for t in call.inputs or call.outputs:
-            if t.device.type == device:
-                device = str(t.device)
-                break
-        else:
-            for t in call.outputs:
-                if t.device.type == device:
-                    device = str(t.device)
-                    break
+        device = next((str(t.device) for t in (*call.inputs, *call.outputs) if t.device.type == self.device_type),
+                      self.device_type)
         self._emit(f"OpObserve: {call.name} ({inputs}) -> {_describe(output)} on {device} at {call.call_site}")
 
     def on_backward(self, call: OpCall, state: Any, grad_inputs: dict[int, Any], grad_outputs: dict[int, Any]) -> None:

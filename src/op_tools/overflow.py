@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
+from diopi.case_format import dtype_name
 from diopi.step_lines import StepLines
-from diopi.tensor_walk import tensors_in
+from diopi.tensor_walk import leaves, tensors_in
 from op_tools import config
 from op_tools.protocol import OpCall, Phase
 from op_tools.results_tool import ResultsTool
@@ -56,20 +57,8 @@ def _checkable(t: torch.Tensor) -> bool:
 
 def _scalars(value: Any) -> tuple[bool, bool]:
     """(NaN, Inf) among the Python numbers in ``value`` (nested lists, tuples, dicts)."""
-    if isinstance(value, (float, complex)):
-        return (math.isnan(abs(value)), math.isinf(abs(value)))
-    if isinstance(value, (list, tuple)):
-        values = value
-    elif isinstance(value, dict):
-        values = list(value.values())
-    else:
-        return (False, False)
-    nan = inf = False
-    for v in values:
-        if isinstance(v, (float, complex, list, tuple, dict)):
-            n, i = _scalars(v)
-            nan, inf = nan or n, inf or i
-    return (nan, inf)
+    numbers = [abs(v) for v in leaves(value) if isinstance(v, (float, complex))]
+    return (any(math.isnan(n) for n in numbers), any(math.isinf(n) for n in numbers))
 
 
 def _flags(stats: list[dict[str, Any]]) -> tuple[bool, bool]:
@@ -86,10 +75,6 @@ def _nonfinite_stats(tensors: list[torch.Tensor]) -> list[dict[str, Any]] | None
             return None
     stats = device_stats(tensors)
     return stats if any(s["nan"] or s["inf"] for s in stats) else None
-
-
-def _dtype(dtype: torch.dtype | str) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _number(value: float | None) -> str:
@@ -130,9 +115,6 @@ class OpOverflowCheck(ResultsTool):
         self._writes_inputs: set[str] = set()  # ops seen writing into inputs without saying so
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def read_config(self) -> config.OverflowCheckConfig:
-        return config.overflow_check_config()
-
     def on_stop(self) -> None:
         self.lines.flush()
         super().on_stop()
@@ -158,18 +140,19 @@ class OpOverflowCheck(ResultsTool):
         return call.may_write_inputs(out=False) or call.name in self._writes_inputs
 
     @staticmethod
-    def _out_ids(call: OpCall) -> set[int]:
+    def _input_flags(call: OpCall) -> tuple[bool, bool]:
+        """(NaN, Inf) among the call's floating tensor inputs now (``out=`` buffers are not inputs)."""
         out = call.kwargs.get("out") if call.kwargs else None
-        return {id(t) for t in tensors_in(out, unique=True)} if out is not None else set()
+        skip = {id(t) for t in tensors_in(out, unique=True)} if out is not None else set()
+        inputs = [t for t in call.inputs if id(t) not in skip and _checkable(t)]
+        return _flags(device_stats(inputs)) if inputs else (False, False)
 
     def before(self, call: OpCall) -> _State:
         if self.lines.pending:
             self.lines.poll(call.step)
         state = _State()
         if self._may_write_inputs(call):  # their values before the call are gone after it
-            skip = self._out_ids(call)
-            inputs = [t for t in call.inputs if id(t) not in skip and _checkable(t)]
-            state.before = _flags(device_stats(inputs)) if inputs else (False, False)
+            state.before = self._input_flags(call)
         else:
             state.versions = [t._version for t in call.inputs]
         return state
@@ -190,12 +173,8 @@ class OpOverflowCheck(ResultsTool):
             # Written without saying so (``F.relu(x, True)``): the inputs are judged after the call (which
             # can only hide a producer); later calls of the op reduce them before.
             self._writes_inputs.add(call.name)
-        skip = self._out_ids(call)
-        inputs = [t for t in call.inputs if id(t) not in skip and _checkable(t)]
-        if inputs:
-            n, i = _flags(device_stats(inputs))
-            nan, inf = nan or n, inf or i
-        return (nan, inf)
+        n, i = self._input_flags(call)
+        return (nan or n, inf or i)
 
     def after(self, call: OpCall, state: _State, output: Any) -> None:
         if call.info.uninitialized:  # torch.empty's memory may hold any bit pattern, NaN included
@@ -212,7 +191,7 @@ class OpOverflowCheck(ResultsTool):
         state.fwd_nan, state.fwd_inf = _flags(stats)
         src_nan, src_inf = self._input_sources(call, state)
         state.fwd_nan, state.fwd_inf = state.fwd_nan or src_nan, state.fwd_inf or src_inf
-        found = [(f"out[{k}]", _dtype(t.dtype), list(t.shape), s) for (k, t), s in zip(outputs, stats, strict=True)]
+        found = [(f"out[{k}]", dtype_name(t.dtype), list(t.shape), s) for (k, t), s in zip(outputs, stats, strict=True)]
         if self._judge(call, "forward", found, src_nan, src_inf, call.call_site):
             self.flagged += 1
 
@@ -222,7 +201,7 @@ class OpOverflowCheck(ResultsTool):
         if isinstance(grad, dict):
             return grad
         if isinstance(grad, torch.Tensor):  # another active tool asked for host copies
-            return {"shape": list(grad.shape), "dtype": _dtype(grad.dtype), **tensor_stats(grad)}
+            return {"shape": list(grad.shape), "dtype": dtype_name(grad.dtype), **tensor_stats(grad)}
         return None
 
     def on_backward(self, call: OpCall, state: _State, grad_inputs: dict[int, Any],

@@ -17,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 
 from diopi import case_format as cf
 from diopi.compare import TensorComparison, Verdict, compare_outputs
+from diopi.tensor_walk import map_leaves
 from op_tools import upstream_capture
 from op_tools.device_sync import synchronizer
 from op_tools.module_case import ModuleCall, rebuild_module
@@ -171,15 +173,7 @@ class _Rebuilt:
 
 
 def _host(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu")
-    if isinstance(value, tuple) and type(value).__module__ == "torch.return_types":
-        return type(value)(tuple(_host(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_host(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _host(v) for k, v in value.items()}
-    return value
+    return map_leaves(value, lambda v: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v)
 
 
 def _bitwise(actual: Any, expected: Any) -> bool:
@@ -222,11 +216,12 @@ def _captured(case: cf.LoadedCase, struct: Any, prefix: str) -> Any:
     return cf.decode_value(struct, tensors)
 
 
-def _run_once(func: Callable[..., Any], rebuilt: _Rebuilt, device: str, sync: bool) -> tuple[Any, float]:
+def _timed(run: Callable[[], Any], device: str, sync: bool) -> tuple[Any, float]:
+    """``run()`` and its milliseconds (with ``sync``, the device synchronized before and after)."""
     if sync:
         _sync(device)
     start = time.perf_counter()
-    out = func(*rebuilt.args, **rebuilt.kwargs)
+    out = run()
     if sync:
         _sync(device)
     return out, (time.perf_counter() - start) * 1e3
@@ -248,13 +243,9 @@ def _backward(record: dict[str, Any], case: cf.LoadedCase, out: Any, rebuilt: _R
     wanted = [k for k in section["grad_inputs"] if k in rebuilt.leaves]
     if not roots or not wanted:
         return {}, 0.0
-    if sync:
-        _sync(device)
-    start = time.perf_counter()
-    result = torch.autograd.grad(roots, [rebuilt.leaves[k] for k in wanted], grads, allow_unused=True)
-    if sync:
-        _sync(device)
-    return dict(zip(wanted, result, strict=True)), (time.perf_counter() - start) * 1e3
+    result, ms = _timed(lambda: torch.autograd.grad(roots, [rebuilt.leaves[k] for k in wanted], grads,
+                                                    allow_unused=True), device, sync)
+    return dict(zip(wanted, result, strict=True)), ms
 
 
 def not_replayable(record: dict[str, Any]) -> str | None:
@@ -305,7 +296,7 @@ def replay_case(path: str | Path, options: ReplayOptions | None = None,
         for _ in range(max(1, options.run_times)):
             rebuilt = _Rebuilt(case, device, device_map, with_grad)
             with torch.enable_grad() if with_grad else torch.no_grad():
-                out, ms = _run_once(func, rebuilt, device, options.sync_time_measure)
+                out, ms = _timed(partial(func, *rebuilt.args, **rebuilt.kwargs), device, options.sync_time_measure)
                 result.forward_ms.append(ms)
                 if on_time:
                     on_time(case.op, "forward", ms)
@@ -349,10 +340,8 @@ def _judge(result: CaseResult, case: cf.LoadedCase, func: Callable[..., Any], ou
         expected, expected_fp64 = _captured(case, record["outputs"], "o"), None
     if record.get("random"):
         result.forward = "SKIP (random)"
-        result.bitwise_forward = None
     elif is_uninitialized_name(case.op):  # torch.empty & co.: the values are whatever memory held
         result.forward = "SKIP (uninitialized)"
-        result.bitwise_forward = None
     else:
         comparisons = compare_outputs(actual, expected, expected_fp64=expected_fp64, op=case.op)
         result.forward, result.max_abs_error = _verdict(comparisons)

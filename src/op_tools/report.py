@@ -41,17 +41,13 @@ def script_json(value: Any) -> str:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
-        return None if isinstance(value, float) and math.isnan(value) else float(value)
-    if isinstance(value, str):
-        try:
-            x = float(value)
-        except ValueError:
-            return None
-        return None if math.isnan(x) else x
-    return None
+    try:
+        x = float(value)
+    except ValueError:
+        return None
+    return None if math.isnan(x) else x
 
 
 def _fmt(value: float | None) -> str:

@@ -72,10 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _normalize(args: argparse.Namespace) -> ReplayOptions:
-    flags = {}
-    for name in ("acc_check", "only_run_forward", "sync_time_measure"):
-        value = getattr(args, name)
-        flags[name] = True if value is None else bool(value)
+    # a bare flag (``--acc-check``) is None: on
+    flags = {name: getattr(args, name) is None or bool(getattr(args, name))
+             for name in ("acc_check", "only_run_forward", "sync_time_measure")}
     return ReplayOptions(device=args.device, run_times=args.run_times, allow_modules=tuple(args.allow_module),
                          **flags)
 

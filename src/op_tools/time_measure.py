@@ -50,7 +50,7 @@ from op_tools.results_tool import ResultsTool
 
 __all__ = ["COLLECTIVES", "MAX_PENDING", "MODES", "OpTimeMeasure"]
 
-MODES = ("sync", "event")
+MODES = config.TIME_MEASURE_MODES
 #: Calls (forward or backward) whose events may wait unread in event mode before one synchronization reads them.
 MAX_PENDING = 10_000
 _SUMMARY_KEYS = ("name", "phase", "calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share")
@@ -100,6 +100,7 @@ class OpTimeMeasure(ResultsTool):
     """
 
     env_prefix = "OP_TIME_MEASURE"
+    read_config = staticmethod(config.time_measure_config)
     results_folder = "op_time_measure"
     table_class = _TimingTable
     steps_env = config.TIME_MEASURE_STEPS_ENV
@@ -125,9 +126,6 @@ class OpTimeMeasure(ResultsTool):
         self.block_ms = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def read_config(self) -> config.TimeMeasureConfig:
-        return config.time_measure_config()
-
     def apply_config(self, cfg: config.TimeMeasureConfig) -> None:
         self._new_event = timing_event_factory(self.device_type)
         has_events = self._new_event is not None
@@ -185,8 +183,7 @@ class OpTimeMeasure(ResultsTool):
     # -- clocks ----------------------------------------------------------------------------------------
     def _mark(self) -> Any:
         if self.mode == "sync":
-            self._sync()
-            return time.perf_counter()
+            return self._sync_mark()
         event = self._new_event()
         event.record()
         return event

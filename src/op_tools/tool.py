@@ -124,7 +124,8 @@ class OpTool:
 
     # -- settings (op_tools.config) ---------------------------------------------------------------------
     def read_config(self) -> config.ToolConfig:
-        """This tool's settings from the environment; subclasses return their own config object."""
+        """This tool's settings from the environment; a subclass names its own reader
+        (``read_config = staticmethod(config.capture_config)``)."""
         return config.tool_config(self.env_prefix, self.steps_env)
 
     def keep_explicit(self, **keywords: Any) -> None:
