@@ -4,6 +4,8 @@ backend is first used (:func:`dicp_config`), never per call.
 - ``DICP_PRECISION_CHECK=1``: each compiled graph also runs eagerly and the two are compared with ``diopi.compare``.
 - ``DICP_CACHE_DIR``: the compile cache folder (default ``~/.cache/dicp``); ``DICP_CACHE=0`` turns the cache off.
 - ``DICP_SHAPE_CHECK=1``: the vendor's own shape and dtype inference is checked against the fake tensors.
+- ``DICP_REPORT=1``: each compiled graph prints its islands on stderr: the vendor islands' sizes and every eager
+  island's nodes, each with the reason it stays eager.
 - ``DICP_ORT_THREADS``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
 - ``DICP_ORT_SPIN=1``: ONNX Runtime's idle threads spin instead of sleeping (default off).
 
@@ -28,6 +30,7 @@ class DicpConfig:
     cache: bool = True
     cache_dir: Path = Path("~/.cache/dicp").expanduser()
     shape_check: bool = False
+    report: bool = False
     ort_threads: int = 0  # 0: torch.get_num_threads()
     ort_spin: bool = False
 
@@ -49,6 +52,7 @@ def parse_config(env: Mapping[str, str] | None = None) -> DicpConfig:
         cache_dir=Path(folder_path(os.path.expanduser(cache_dir), "DICP_CACHE_DIR")) if cache_dir
         else DicpConfig.cache_dir,
         shape_check=env_flag("DICP_SHAPE_CHECK", env=env),
+        report=env_flag("DICP_REPORT", env=env),
         ort_threads=threads,
         ort_spin=env_flag("DICP_ORT_SPIN", env=env),
     )

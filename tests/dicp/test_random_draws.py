@@ -45,3 +45,20 @@ def test_draws_are_eagers_and_the_graph_is_one_island(fn, device: str) -> None:
     assert set(report["eager_ops"]) <= {"aten.native_dropout.default", "aten.bernoulli.p", "aten.rand_like.default",
                                         "aten.randn_like.default"}
 
+
+
+def test_report_lists_each_graphs_islands_and_causes(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``DICP_REPORT=1``: one headline per compiled graph, then each eager island's nodes with their reasons."""
+    from dicp.config import reset_config
+
+    monkeypatch.setenv("DICP_REPORT", "1")
+    reset_config()
+    x, w = torch.randn(4, 8), torch.randn(8, 16, requires_grad=True)
+    torch.compile(dropouts, backend="onnxgraph")(x, w).sum().backward()
+    lines = [line for line in capsys.readouterr().err.splitlines() if " graph: " in line or "eager island " in line]
+    assert lines[0] == "dicp onnxgraph: forward graph: 1 vendor island(s) (nodes: 10), 2 eager island(s)"
+    assert len([line for line in lines[1:3] if line.startswith("  eager island ")
+                and "aten.native_dropout.default is random" in line]) == 2
+    assert lines[3].startswith("dicp onnxgraph: backward graph: 1 vendor island(s)")
+    assert lines[3].endswith(", 0 eager island(s)") and len(lines) == 4

@@ -186,6 +186,9 @@ def compile_graph(vendor: Vendor, gm: torch.fx.GraphModule, example_inputs: Sequ
         report.note_eager_op(vendor.name, op, reasons[0], len(reasons))
     report.count(vendor.name, "eager_islands", plan.eager_islands)
     report.count(vendor.name, "returned_views", len(plan.views))
+    if dicp_config().report:
+        report.print_islands(vendor.name, kind, [len(nodes) for nodes in plan.vendor],
+                             [[(n.name, plan.eager[n]) for n in group] for group in plan.eager_groups])
     report.count(vendor.name, "vendor_islands", len(plan.vendor))
     if not plan.vendor:
         return gm

@@ -83,6 +83,8 @@ class Plan:
     eager: dict[torch.fx.Node, str]
     eager_islands: int
     views: set[torch.fx.Node] = dataclasses.field(default_factory=set)
+    #: The eager islands' nodes (getitems left out), in graph order.
+    eager_groups: list[list[torch.fx.Node]] = dataclasses.field(default_factory=list)
 
 
 def _vendor_reason(node: torch.fx.Node, registry: ConversionRegistry, accepted: set[torch.fx.Node]) -> str | None:
@@ -114,7 +116,8 @@ class _Support(OperatorSupportBase):
         return node in self.accepted
 
 
-def _count_groups(nodes: set[torch.fx.Node]) -> int:
+def _groups(nodes: set[torch.fx.Node], order: dict[torch.fx.Node, int]) -> list[list[torch.fx.Node]]:
+    """The connected groups of ``nodes`` (edges between members only), each in graph order."""
     parent = {n: n for n in nodes}
 
     def find(n: torch.fx.Node) -> torch.fx.Node:
@@ -127,7 +130,10 @@ def _count_groups(nodes: set[torch.fx.Node]) -> int:
         for m in n.all_input_nodes:
             if m in parent:
                 parent[find(m)] = find(n)
-    return len({find(n) for n in nodes})
+    groups: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for n in sorted(nodes, key=order.__getitem__):
+        groups.setdefault(find(n), []).append(n)
+    return list(groups.values())
 
 
 def _returned_views(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
@@ -177,8 +183,9 @@ def plan_partition(gm: torch.fx.GraphModule, registry: ConversionRegistry) -> Pl
             if any(_node_is_tensor_value(n) and n.target is not operator.getitem for n in nodes):
                 islands.append(nodes)
     islands.sort(key=lambda nodes: order[nodes[0]])
-    return Plan(vendor=islands, eager=eager, eager_islands=_count_groups(eager_group) if eager_group else 0,
-                views=returned)
+    groups = _groups(eager_group, order)
+    return Plan(vendor=islands, eager=eager, eager_islands=len(groups), views=returned,
+                eager_groups=[[n for n in group if n in eager] for group in groups])
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-__all__ = ["compile_report", "count", "count_op", "note_eager_op", "reset_report"]
+__all__ = ["compile_report", "count", "count_op", "island_lines", "note_eager_op", "print_islands", "reset_report"]
 
 _lock = threading.Lock()
 _COUNTERS: dict[str, dict[str, Any]] = {}
@@ -85,3 +85,20 @@ def reset_report(*, announced: bool = False) -> None:
         _COUNTERS.clear()
         if announced:
             _ANNOUNCED.clear()
+
+
+def island_lines(vendor: str, kind: str, vendor_sizes: list[int], eager: list[list[tuple[str, str]]]) -> list[str]:
+    """The ``DICP_REPORT=1`` listing of one compiled graph: a headline, then one line per eager island with each
+    node's name and the reason it stays eager (``eager``: per island, ``(node name, reason)`` pairs)."""
+    sizes = ", ".join(str(n) for n in vendor_sizes) or "none"
+    lines = [f"dicp {vendor}: {kind} graph: {len(vendor_sizes)} vendor island(s) (nodes: {sizes}), "
+             f"{len(eager)} eager island(s)"]
+    for i, island in enumerate(eager, 1):
+        nodes = "; ".join(f"{name}: {reason}" for name, reason in island)
+        lines.append(f"  eager island {i}: {nodes}")
+    return lines
+
+
+def print_islands(vendor: str, kind: str, vendor_sizes: list[int], eager: list[list[tuple[str, str]]]) -> None:
+    """Print :func:`island_lines` on stderr (one write)."""
+    print("\n".join(island_lines(vendor, kind, vendor_sizes, eager)), file=sys.stderr, flush=True)
