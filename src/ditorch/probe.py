@@ -278,10 +278,7 @@ def check_memory_allocated(fn: Callable[[], Any]) -> str:
 
 def check_at_least_a_tensor(fn: Callable[[], Any]) -> str:
     """A peak or reserved figure: at least the bytes of a live tensor, and no lower than before it was made."""
-    before = fn()
-    x = torch.empty(NBYTES // 4, device="cuda")
-    during = fn()
-    del x
+    before, during, _ = _around_tensor(fn)
     expect(isinstance(during, int) and during >= max(before, NBYTES),
            f"{during!r} B with a {NBYTES} B tensor alive ({before} B before it)")
     return f"{during} B with a {NBYTES} B tensor alive"
