@@ -478,15 +478,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = first_positional(argv)
     parser = build_parser(chosen if chosen in COMMAND_NAMES else None)
-    if not argv:
-        parser.print_help()
-        print("ditorch: error: no command given (ditorch <command> --help)", file=sys.stderr, flush=True)
-        return EXIT_USAGE
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed as one line
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    if getattr(args, "handler", None) is None:  # options without a command (``ditorch --version`` exits above)
+    if getattr(args, "handler", None) is None:  # no command: bare ``ditorch``, or options only
         parser.print_help()
         print("ditorch: error: no command given (ditorch <command> --help)", file=sys.stderr, flush=True)
         return EXIT_USAGE

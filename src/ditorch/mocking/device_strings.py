@@ -113,10 +113,9 @@ def install(patches: Patches, tr: Translator) -> None:
             fn = getattr(owner, name, None)
             if fn is not None:
                 patches.set(owner, name, _factory(fn, name, tr))
-    if hasattr(torch, "set_default_device"):
-        set_default = torch.set_default_device
-        patches.set(torch, "set_default_device", functools.wraps(set_default)(
-            lambda device: set_default(tr.device(device) if device is not None else None)))
+    set_default = torch.set_default_device
+    patches.set(torch, "set_default_device", functools.wraps(set_default)(
+        lambda device: set_default(tr.device(device) if device is not None else None)))
     _install_default_device(patches, tr, constructors)
     _install_to(patches, tr)
     _install_load(patches, tr)
