@@ -43,11 +43,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'ditorch' has no attribute {name!r}")
 
 
-def _started_as_command() -> bool:
-    """Whether this process is the ``ditorch`` command (its console script, or ``python -m ditorch``)."""
+def _started_as_command(exact: bool = False) -> bool:
+    """Whether this process is the ``ditorch`` command (its console script, or ``python -m ditorch``; unless
+    ``exact``, also ``python -m ditorch.<module>``)."""
     argv = getattr(sys, "orig_argv", sys.argv)
     if "-m" in argv[:-1]:
-        return argv[argv.index("-m") + 1].partition(".")[0] == "ditorch"
+        module = argv[argv.index("-m") + 1]
+        return module == "ditorch" if exact else module.partition(".")[0] == "ditorch"
     return os.path.basename(sys.argv[0]) in ("ditorch", "ditorch.exe")
 
 
@@ -57,12 +59,7 @@ def _command_line_activates() -> bool:
     starts through multiprocessing (``conformance run --workers N``) activates on import, as any process does."""
     from multiprocessing import parent_process
 
-    if parent_process() is not None:
-        return False
-    argv = getattr(sys, "orig_argv", sys.argv)
-    if "-m" in argv[:-1]:
-        return argv[argv.index("-m") + 1] == "ditorch"
-    return os.path.basename(sys.argv[0]) in ("ditorch", "ditorch.exe")
+    return parent_process() is None and _started_as_command(exact=True)
 
 
 def activate() -> None:

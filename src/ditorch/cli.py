@@ -124,9 +124,12 @@ def _check_generate(args: argparse.Namespace) -> None:
 
 
 def _check_script(args: argparse.Namespace) -> None:
+    """:class:`Refused` unless the script to run (SCRIPT, or the remainder after the options) is a file."""
     from ditorch.run import script_command, script_problem
 
-    problem = script_problem(script_command(args), args.command_name)
+    command = (([args.script] if args.script is not None else []) if hasattr(args, "script")  # dump-modules, parity
+               else script_command(args))  # run, profile: the remainder after the options
+    problem = script_problem(command, args.command_name)
     if problem is not None:
         raise Refused(problem)
 
@@ -149,8 +152,7 @@ def _holds_a_case(folder: str) -> bool:
 
 def _check_replay(args: argparse.Namespace) -> None:
     path = args.path
-    if not os.path.exists(path):
-        raise Refused(f"DIR {path!r}: no such file or directory")
+    _need_path(path, "DIR")
     if os.path.isfile(path) and os.path.basename(path) not in CASE_FILES:
         raise Refused(f"{path!r} is a file, not a folder of captured cases; {NO_CASE_HINT}")
     if os.path.isdir(path) and not _holds_a_case(path):
@@ -163,11 +165,7 @@ def _check_report(args: argparse.Namespace) -> None:
 
 
 def _check_dump_modules(args: argparse.Namespace) -> None:
-    from ditorch.run import script_problem
-
-    problem = script_problem([args.script] if args.script is not None else [], "dump-modules")
-    if problem is not None:
-        raise Refused(problem)
+    _check_script(args)
     _need_path(args.fixed_input, "--fixed-input", "dir")
     _not_a_file(args.out, "--out")
 
@@ -181,11 +179,7 @@ def _check_compare_runs(args: argparse.Namespace) -> None:
 
 
 def _check_parity(args: argparse.Namespace) -> None:
-    from ditorch.run import script_problem
-
-    problem = script_problem([args.script] if args.script is not None else [], "parity")
-    if problem is not None:
-        raise Refused(problem)
+    _check_script(args)
     _need_path(args.reference, "--reference", "dir")
     _not_a_file(args.out, "--out")
     if args.fixed_input and args.stats_only and args.reference is None:
@@ -484,15 +478,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = first_positional(argv)
     parser = build_parser(chosen if chosen in COMMAND_NAMES else None)
-    if not argv:
-        parser.print_help()
-        print("ditorch: error: no command given (ditorch <command> --help)", file=sys.stderr, flush=True)
-        return EXIT_USAGE
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed as one line
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    if getattr(args, "handler", None) is None:  # options without a command (``ditorch --version`` exits above)
+    if getattr(args, "handler", None) is None:  # no command: bare ``ditorch``, or options only
         parser.print_help()
         print("ditorch: error: no command given (ditorch <command> --help)", file=sys.stderr, flush=True)
         return EXIT_USAGE

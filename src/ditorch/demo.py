@@ -192,9 +192,7 @@ def run(steps: int = DEFAULT_STEPS, device: str | None = None, seed: int = DEFAU
         if not all(math.isfinite(x) for x in result.losses):
             console.print("[red]error: the loss is not finite[/red]")
             status = 1
-    if checker is None:
-        return status
-    return report_check(console, checker, fault, status)
+    return status if checker is None else report_check(console, checker, fault, status)
 
 
 def report_check(console: Any, checker: Any, fault: str | None, status: int) -> int:

@@ -170,8 +170,7 @@ def _selection_error(selection: _Selection | None, exc: BaseException) -> str | 
     text = " ".join(str(exc).split())
     if selection is None or selection.env not in text:
         return None
-    own = f"{selection.env}={selection.value!r}: "
-    return f"{selection.source}: {text.removeprefix(own)}" if text.startswith(own) else f"{selection.source}: {text}"
+    return f"{selection.source}: {text.removeprefix(f'{selection.env}={selection.value!r}: ')}"
 
 
 def _no_device_reason(adapter: Adapter, selection: _Selection | None) -> str | None:
@@ -320,16 +319,10 @@ def banner(adapter: Adapter | None, pid: int) -> str:
     return f"ditorch: {adapter.arch()} {adapter.framework}:{adapter.version()} pid: {pid}"
 
 
-def report_failures(failures: list[Failure], stream=None) -> None:
-    """One warning line per failure on stderr."""
-    stream = sys.stderr if stream is None else stream
-    for failure in failures:
-        print(f"ditorch: warning: adapter {failure.name} skipped: {failure.error}", file=stream)
-
-
 def report(detection: Detection, stream=None) -> None:
     """One warning line per failure and per detection warning on stderr."""
     stream = sys.stderr if stream is None else stream
-    report_failures(detection.failures, stream)
+    for failure in detection.failures:
+        print(f"ditorch: warning: adapter {failure.name} skipped: {failure.error}", file=stream)
     for warning in detection.warnings:
         print(f"ditorch: warning: {warning}", file=stream)

@@ -22,13 +22,7 @@ def _load_dipu() -> bool:
 
 def native_accelerator() -> torch.device | None:
     """The accelerator PyTorch already knows about (CUDA, XPU, MPS, ... or an imported PrivateUse1 device)."""
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is None:
-        return None
-    try:
-        return accelerator.current_accelerator(check_available=True)
-    except TypeError:  # older signature without check_available
-        return accelerator.current_accelerator()
+    return torch.accelerator.current_accelerator(check_available=True)
 
 
 def best_device(requested: str | torch.device | None = None) -> torch.device:

@@ -145,8 +145,7 @@ def generate(loaded: LoadedModel, prompts: Sequence[str], max_new_tokens: int = 
              use_dlinfer: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> Generation:
     """Greedy ``generate()`` of ``max_new_tokens`` for ``prompts`` (one left-padded batch), stock or with the
     dlinfer adaptor installed for the call (uninstalled afterwards)."""
-    if not prompts:
-        raise GenerateError("--prompt: give at least one prompt")
+    check_prompts(prompts, byte_level=False)
     if max_new_tokens < 1:
         raise GenerateError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
     model = loaded.model

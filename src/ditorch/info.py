@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ditorch import config
+from ditorch import __version__, config
 from ditorch.adapters import Adapter
 from ditorch.detect import ACTIVE, FAILED, Detection
 
@@ -47,7 +47,7 @@ def device_lines(adapter: Adapter | None) -> list[str]:
 def lines(detection: Detection, mocked: bool, env: dict[str, str] | None = None) -> list[str]:
     adapter = detection.adapter
     settings = config.DitorchConfig.from_env(env)
-    out = [f"ditorch {_package_version()}  torch {torch.__version__}"]
+    out = [f"ditorch {__version__}  torch {torch.__version__}"]
     if adapter is None:
         out.append("framework: torch (cpu)" + ("  [DITORCH_VENDOR=cpu]" if detection.forced else ""))
     else:
@@ -84,12 +84,6 @@ def lines(detection: Detection, mocked: bool, env: dict[str, str] | None = None)
     out.append("switches:" + ("" if switches else " none (DITORCH_* unset)"))
     out += [f"  {name}={value}  ({meaning})" for name, value, meaning in switches]
     return out
-
-
-def _package_version() -> str:
-    import ditorch
-
-    return ditorch.__version__
 
 
 def run() -> int:

@@ -193,7 +193,6 @@ def get_family(name: str) -> ModelFamily:
         raise ConfigError(f"unknown model {name!r}; known models: {', '.join(FAMILIES)}") from None
 
 
-
 def generate_model_problem(name: str) -> str | None:
     """Why ``name`` cannot be ``ditorch generate --model``'s value (a text-only family or a local model directory),
     in one line; None when it can."""

@@ -278,10 +278,7 @@ def check_memory_allocated(fn: Callable[[], Any]) -> str:
 
 def check_at_least_a_tensor(fn: Callable[[], Any]) -> str:
     """A peak or reserved figure: at least the bytes of a live tensor, and no lower than before it was made."""
-    before = fn()
-    x = torch.empty(NBYTES // 4, device="cuda")
-    during = fn()
-    del x
+    before, during, _ = _around_tensor(fn)
     expect(isinstance(during, int) and during >= max(before, NBYTES),
            f"{during!r} B with a {NBYTES} B tensor alive ({before} B before it)")
     return f"{during} B with a {NBYTES} B tensor alive"
@@ -370,22 +367,10 @@ def _round_trip(get: Callable[[], Any], put: Callable[[Any], Any], state_of: Cal
     return "set(get()) repeats the draws"
 
 
-def check_get_rng_state(fn: Callable[[], Any]) -> str:
-    return _round_trip(fn, torch.cuda.set_rng_state, lambda s: s)
-
-
-def check_set_rng_state(fn: Callable[[Any], Any]) -> str:
-    return _round_trip(torch.cuda.get_rng_state, fn, None)
-
-
 def check_get_rng_state_all(fn: Callable[[], Any]) -> str:
     expect(len(fn()) == count(), f"{len(fn())} states for {count()} device(s)")
     current = torch.accelerator.current_device_index()
     return _round_trip(fn, torch.cuda.set_rng_state_all, lambda s: s[current])
-
-
-def check_set_rng_state_all(fn: Callable[[Any], Any]) -> str:
-    return _round_trip(torch.cuda.get_rng_state_all, fn, None)
 
 
 def check_default_generators(generators: Any) -> str:
@@ -462,9 +447,11 @@ CHECKS: dict[str, Callable[[Any], str]] = {
     "memory_stats_as_nested_dict": check_memory_stats_nested, "memory_summary": check_memory_summary,
     "caching_allocator_alloc": check_caching_allocator, "caching_allocator_delete": check_caching_allocator,
     "manual_seed": check_manual_seed, "manual_seed_all": check_manual_seed, "initial_seed": check_initial_seed,
-    "seed": check_seed, "seed_all": check_seed, "get_rng_state": check_get_rng_state,
-    "set_rng_state": check_set_rng_state, "get_rng_state_all": check_get_rng_state_all,
-    "set_rng_state_all": check_set_rng_state_all, "default_generators": check_default_generators,
+    "seed": check_seed, "seed_all": check_seed, "get_rng_state_all": check_get_rng_state_all,
+    "get_rng_state": lambda fn: _round_trip(fn, torch.cuda.set_rng_state, lambda s: s),
+    "set_rng_state": lambda fn: _round_trip(torch.cuda.get_rng_state, fn, None),
+    "set_rng_state_all": lambda fn: _round_trip(torch.cuda.get_rng_state_all, fn, None),
+    "default_generators": check_default_generators,
     "init": check_init, "is_initialized": returns(bool, True), "is_current_stream_capturing": returns(bool, False),
     "amp_definitely_not_available": returns(bool, False), "get_arch_list": returns(list),
     "get_gencode_flags": returns(str), "get_allocator_backend": returns(str), "is_tf32_supported": returns(bool),

@@ -175,9 +175,9 @@ def run_script(script: str, args: Sequence[str] = (), tools: Sequence[AbstractCo
     exception propagate to the caller. ``sys.argv`` and ``sys.path`` are restored afterwards, so this can
     also be called in-process.
     """
-    if not os.path.isfile(script):
-        reason = "is a directory" if os.path.isdir(script) else "No such file"
-        print(f"ditorch: can't open file {script!r}: {reason}", file=sys.stderr)
+    problem = script_problem([script])
+    if problem is not None:
+        print(f"ditorch: {problem}", file=sys.stderr)
         return EXIT_NO_SCRIPT
     _activate_ditorch()
     script_dir = os.path.dirname(os.path.realpath(script))

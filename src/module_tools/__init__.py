@@ -26,7 +26,6 @@ def dump_from_env(model: torch.nn.Module) -> ModuleDump | None:
     import atexit
 
     dump = ModuleDump(model, config.out_dir, stats_only=config.stats_only, steps=config.steps,
-                      fixed_input=config.fixed_input)
-    dump.start()
+                      fixed_input=config.fixed_input).start()
     atexit.register(dump.stop)
     return dump

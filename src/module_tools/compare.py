@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,7 @@ class Alignment:
     wrappers_test: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for _, how in self.pairs.values():
-            out[how] = out.get(how, 0) + 1
-        return out
+        return dict(Counter(how for _, how in self.pairs.values()))
 
     def to_json(self) -> dict[str, Any]:
         return {"counts": self.counts(), "pairs": {t: {"ref": r, "how": h} for t, (r, h) in self.pairs.items()},
@@ -184,13 +182,7 @@ def compare_stats(name: str, test: dict[str, Any], ref: dict[str, Any], fp64: di
     reference = _stat_vector(fp64) if fp64 is not None and fp64.get("shape") == ref.get("shape") else None
     result = compare_tensors(_stat_vector(test), _stat_vector(ref), expected_fp64=reference, atol=atol, rtol=rtol,
                              path=name)
-    return _with_message(result, result.message + f" (statistics {'/'.join(_STATS)} only)")
-
-
-def _with_message(result: TensorComparison, message: str) -> TensorComparison:
-    from dataclasses import replace
-
-    return replace(result, message=message)
+    return replace(result, message=result.message + f" (statistics {'/'.join(_STATS)} only)")
 
 
 def _mixed_tolerance(dtype: torch.dtype, scale: float) -> tuple[float, float]:
@@ -221,7 +213,7 @@ def compare_full(name: str, test: torch.Tensor, ref: torch.Tensor, fp64: torch.T
                 f"{str(common).removeprefix('torch.')}, atol = rtol x the largest reference value)")
         test, ref = test.to(common), ref.to(common)
     result = compare_tensors(test, ref, expected_fp64=fp64, atol=atol, rtol=rtol, path=name)
-    return _with_message(result, result.message + note) if note else result
+    return replace(result, message=result.message + note) if note else result
 
 
 @dataclass
@@ -519,8 +511,7 @@ def _compare_fixed(ref: Dump, test: Dump, fp64: Dump | None, alignment: Alignmen
         pair = alignment.pairs.get(module)
         if pair is None:
             continue
-        ref_index = {_key(e): e for e in getattr(ref, direction)}
-        ref_entry = ref_index.get((pair[0], step, call))
+        ref_entry = {_key(e): e for e in getattr(ref, direction)}.get((pair[0], step, call))
         if ref_entry is None:
             continue
         fp64_entry = ({_key(e): e for e in getattr(fp64, direction)}.get((pair[0], step, call))

@@ -15,8 +15,9 @@ import math
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -76,13 +77,6 @@ def _backward_order(entry: _Entry) -> tuple[int, int, int]:
     """Where a call's backward ends: by backward pass, then in a pass a later call's first (the larger first
     sequence number), a call's before the calls that contain it (the smaller end)."""
     return (entry.backward_pass, -entry.span[0], entry.span[1])
-
-
-class _Removable:
-    """A remover function as a hook handle."""
-
-    def __init__(self, remove: Callable[[], None]) -> None:
-        self.remove = remove
 
 
 def _tensor_order(item: tuple[str, Any]) -> tuple[int, int]:
@@ -263,7 +257,7 @@ class ModuleDump(OpTool):
             from .fixed_input import FixedInputReplay
 
             self._replay = FixedInputReplay(self._fixed_input, self.model, self._paths)
-        self._handles.append(_Removable(on_step_end(self._step_ended)))
+        self._handles.append(SimpleNamespace(remove=on_step_end(self._step_ended)))  # a hook handle
         self.active = True
         self._recording = self.current_step in self.steps
         return self
@@ -400,18 +394,14 @@ class ModuleDump(OpTool):
         if not self._recording or param.grad is None:
             return
         try:
-            if self.stats_only:
-                self._param_grads[id(param)] = statistics_later({"grad": param.grad})["grad"]
-            else:
-                self._param_grads[id(param)] = _host_copy(param.grad)
+            self._param_grads[id(param)] = (statistics_later({"grad": param.grad})["grad"] if self.stats_only
+                                            else _host_copy(param.grad))
         except Exception as exc:  # noqa: BLE001
             self._fail("gradient hook", exc)
 
     # -- writing ---------------------------------------------------------------------------------------------
     def _attach_param_grads(self, step: int) -> None:
-        last: dict[str, _Entry] = {}
-        for entry in self._backward:
-            last[entry.module] = entry
+        last = {entry.module: entry for entry in self._backward}  # each module's last backward entry
         for key, grad in self._param_grads.items():
             for path, name in self._owners.get(key, []):
                 entry = last.get(path)
@@ -419,10 +409,7 @@ class ModuleDump(OpTool):
                     entry = _Entry(path, self._modules.get(path, "?"), step, 0, "backward")
                     self._backward.append(entry)
                     last[path] = entry
-                if isinstance(grad, torch.Tensor):
-                    entry.tensors[f"grad_param.{name}"] = grad
-                else:
-                    entry.stats[f"grad_param.{name}"] = grad
+                (entry.tensors if isinstance(grad, torch.Tensor) else entry.stats)[f"grad_param.{name}"] = grad
         self._param_grads.clear()
 
     def _write_entry(self, entry: _Entry) -> None:
@@ -475,9 +462,7 @@ class ModuleDump(OpTool):
             self._fail("writing", exc)
         if (self._forward or self._backward) and step not in self._recorded_steps:
             self._recorded_steps.append(step)
-        self._pending.extend(self._forward)
-        self._pending.extend(self._backward)
-        self._pending.extend(self._fixed)
+        self._pending += [*self._forward, *self._backward, *self._fixed]
         self._forward, self._backward, self._fixed = [], [], []
         self._calls.clear()
         self._open.clear()

@@ -162,9 +162,8 @@ class FixedInputReplay:
         self.to_ref = {test: ref_path for test, (ref_path, _) in pairs.items()}
         self._forward = {(e["module"], int(e["step"]), int(e["call"])): e for e in self.ref.forward}
         self._backward = {(e["module"], int(e["step"]), int(e["call"])): e for e in self.ref.backward}
-        self._first_call: dict[tuple[str, int], dict[str, Any]] = {}
-        for entry in self.ref.forward:
-            self._first_call.setdefault((entry["module"], int(entry["step"])), entry)
+        # each module's first call of each step (reversed: the first call is written last and stays)
+        self._first_call = {(e["module"], int(e["step"])): e for e in reversed(self.ref.forward)}
         self._calls = Counter((e["module"], int(e["step"])) for e in self.ref.forward)
         owners = Counter(id(p) for m in model.modules() for p in m.parameters(recurse=False))
         self._shared = {key for key, count in owners.items() if count > 1}

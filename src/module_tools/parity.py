@@ -100,10 +100,9 @@ def _run_child(run: str, script: str, args: Sequence[str], steps: int, out: Path
     command += ["--fixed-input", str(fixed_input)] if fixed_input is not None else []
     command += ["--device-answers", device_answers] if device_answers is not None else []
     proc = subprocess.run([*command, "--", script, *args], env=_child_env(run, env), capture_output=True, text=True)
-    with atomic_open(out / f"{run}.log", "w", encoding="utf-8") as f:
-        f.write(proc.stdout + proc.stderr)
-    with atomic_open(out / f"{run}.stderr.log", "w", encoding="utf-8") as f:
-        f.write(proc.stderr)
+    for name, text in ((f"{run}.log", proc.stdout + proc.stderr), (f"{run}.stderr.log", proc.stderr)):
+        with atomic_open(out / name, "w", encoding="utf-8") as f:
+            f.write(text)
     return proc.returncode, _tail(proc.stdout, proc.stderr)
 
 

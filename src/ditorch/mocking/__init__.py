@@ -55,8 +55,6 @@ class MockState:
     adapter: Adapter
     patches: Patches
     translator: Translator
-    show_device_as_cuda: bool
-    dtype_casts: dict | None
 
 
 _STATE: MockState | None = None
@@ -105,7 +103,7 @@ def install(adapter: Adapter, *, show_device_as_cuda: bool | None = None,
     except BaseException:
         patches.restore()
         raise
-    _STATE = MockState(adapter, patches, translator, show, casts)
+    _STATE = MockState(adapter, patches, translator)
 
 
 def _install_conversions(patches: Patches, tr: Translator) -> None:

@@ -333,9 +333,7 @@ def _nvtx_range_push(vendor: Vendor) -> Callable[[str], int]:
     def range_push(msg: str) -> int:
         """Open a named range (a ``torch.profiler.record_function`` annotation); returns its depth."""
         stack = _stack()
-        rf = torch.autograd.profiler.record_function(msg)
-        rf.__enter__()
-        stack.append(rf)
+        stack.append(torch.autograd.profiler.record_function(msg).__enter__())
         return len(stack) - 1
 
     return range_push
@@ -357,11 +355,9 @@ def _nvtx_range_start(vendor: Vendor) -> Callable[[str], int]:
     def range_start(msg: str) -> int:
         """Open a range that may end on another thread's call to ``range_end``; returns its id."""
         _stack()
-        rf = torch.autograd.profiler.record_function(msg)
-        rf.__enter__()
-        key = id(rf)
-        _RANGES.started[key] = rf
-        return key
+        rf = torch.autograd.profiler.record_function(msg).__enter__()
+        _RANGES.started[id(rf)] = rf
+        return id(rf)
 
     return range_start
 

@@ -73,11 +73,8 @@ class Generic:
         return self.current_device() if device.index is None else device.index
 
     def current_device(self) -> int:
-        own = self.own("current_device")
-        if own is not None:
-            return int(own())
-        self.accelerator("current_device")
-        return torch.accelerator.current_device_index()
+        """The vendor's ``current_device()``, else ``torch.accelerator``'s (:func:`resolved`)."""
+        return int(resolved(self, "current_device")())
 
     def draws_from_cpu(self) -> bool:
         """Whether the plugin's random kernels draw from the CPU's default generator (found once, by one draw)."""

@@ -108,18 +108,14 @@ def install(patches: Patches, tr: Translator) -> None:
 
     # The factories torch's default-device mode recognises, read before any of them is wrapped.
     constructors = set(device_module._device_constructors.__wrapped__())
-    for name in FACTORIES:
-        fn = getattr(torch, name, None)
-        if fn is not None:
-            patches.set(torch, name, _factory(fn, name, tr))
-    for name in TENSOR_FACTORIES:
-        fn = getattr(torch.Tensor, name, None)
-        if fn is not None:
-            patches.set(torch.Tensor, name, _factory(fn, name, tr))
-    if hasattr(torch, "set_default_device"):
-        set_default = torch.set_default_device
-        patches.set(torch, "set_default_device", functools.wraps(set_default)(
-            lambda device: set_default(tr.device(device) if device is not None else None)))
+    for owner, names in ((torch, FACTORIES), (torch.Tensor, TENSOR_FACTORIES)):
+        for name in names:
+            fn = getattr(owner, name, None)
+            if fn is not None:
+                patches.set(owner, name, _factory(fn, name, tr))
+    set_default = torch.set_default_device
+    patches.set(torch, "set_default_device", functools.wraps(set_default)(
+        lambda device: set_default(tr.device(device) if device is not None else None)))
     _install_default_device(patches, tr, constructors)
     _install_to(patches, tr)
     _install_load(patches, tr)

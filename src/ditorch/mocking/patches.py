@@ -27,6 +27,3 @@ class Patches:
                 delattr(owner, name)
             else:
                 setattr(owner, name, old)
-
-    def __len__(self) -> int:
-        return len(self._saved)

@@ -33,18 +33,14 @@ def parse_dtype_cast(text: str | bool | dict | None, source: str = "DITORCH_DTYP
     Accepts a boolean, a ``{dtype: dtype}`` dict, or text: ``1``/``true`` (the default table), ``0``/empty (no
     casting), or comma-separated ``from:to`` pairs (``float64:float32,complex128:complex64``).
     """
-    if text is None or text is False:
+    if text is None:
         return None
-    if text is True:
-        return dict(DEFAULT_CASTS)
     if isinstance(text, dict):
         return {(_dtype(k, source) if isinstance(k, str) else k): (_dtype(v, source) if isinstance(v, str) else v)
                 for k, v in text.items()}
-    flag = parse_flag(text)
-    if flag is False:
-        return None
-    if flag is True:
-        return dict(DEFAULT_CASTS)
+    flag = text if isinstance(text, bool) else parse_flag(text)
+    if flag is not None:
+        return dict(DEFAULT_CASTS) if flag else None
     value = text.strip().lower()
     casts = {}
     for entry in value.replace(";", ",").split(","):
