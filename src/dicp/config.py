@@ -4,6 +4,8 @@ backend is first used (:func:`dicp_config`), never per call.
 - ``DICP_PRECISION_CHECK=1``: each compiled graph also runs eagerly and the two are compared with ``diopi.compare``.
 - ``DICP_CACHE_DIR``: the compile cache folder (default ``~/.cache/dicp``); ``DICP_CACHE=0`` turns the cache off.
 - ``DICP_SHAPE_CHECK=1``: the vendor's own shape and dtype inference is checked against the fake tensors.
+- ``DICP_STRICT=1``: a vendor compile failure raises ``DicpCompileError`` (default: printed once, the island runs
+  eagerly).
 - ``DICP_REPORT=1``: each compiled graph prints its islands on stderr: the vendor islands' sizes and every eager
   island's nodes, each with the reason it stays eager.
 - ``DICP_ORT_THREADS``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
@@ -31,6 +33,7 @@ class DicpConfig:
     cache_dir: Path = Path("~/.cache/dicp").expanduser()
     shape_check: bool = False
     report: bool = False
+    strict: bool = False
     ort_threads: int = 0  # 0: torch.get_num_threads()
     ort_spin: bool = False
 
@@ -53,6 +56,7 @@ def parse_config(env: Mapping[str, str] | None = None) -> DicpConfig:
         else DicpConfig.cache_dir,
         shape_check=env_flag("DICP_SHAPE_CHECK", env=env),
         report=env_flag("DICP_REPORT", env=env),
+        strict=env_flag("DICP_STRICT", env=env),
         ort_threads=threads,
         ort_spin=env_flag("DICP_ORT_SPIN", env=env),
     )

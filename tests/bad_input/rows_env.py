@@ -336,6 +336,7 @@ ROWS: list[Row] = [
     call("dicp-ort-threads", {"DICP_ORT_THREADS": "-2"}, dicp_config, r"DICP_ORT_THREADS='-2': expected a thread"),
     call("dicp-ort-spin", {"DICP_ORT_SPIN": "fast"}, dicp_config, r"DICP_ORT_SPIN='fast' is not a boolean"),
     call("dicp-report", {"DICP_REPORT": "all"}, dicp_config, r"DICP_REPORT='all' is not a boolean"),
+    call("dicp-strict", {"DICP_STRICT": "very"}, dicp_config, r"DICP_STRICT='very' is not a boolean"),
     call("dlinfer-kernels", {"DLINFER_KERNELS": "fastest"}, dlinfer_config,
          r"DLINFER_KERNELS='fastest': expected one of vendor, reference"),
     call("dlinfer-linear-layout", {"DLINFER_LINEAR_USE_NN_LAYOUT": "yes"}, dlinfer_config,

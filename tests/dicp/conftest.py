@@ -14,7 +14,7 @@ from dicp.dynamo_bridge.report import reset_report
 def dicp_isolated(tmp_path, monkeypatch):
     """DICP_CACHE_DIR in ``tmp_path``; no DICP_* switch from the outer environment; fresh report and dynamo."""
     for name in ("DICP_PRECISION_CHECK", "DICP_CACHE", "DICP_SHAPE_CHECK", "DICP_ORT_THREADS", "DICP_ORT_SPIN",
-                 "DICP_REPORT"):
+                 "DICP_REPORT", "DICP_STRICT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DICP_CACHE_DIR", str(tmp_path / "dicp_cache"))
     reset_config()

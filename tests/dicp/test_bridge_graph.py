@@ -69,12 +69,24 @@ def test_random_ops_and_symbolic_sizes_stay_outside_islands():
     assert_same(out, f(x))
 
 
-def test_compile_error_names_vendor_node_and_op():
+def test_compile_error_names_vendor_node_and_op(monkeypatch, capsys):
     def fail_on_mul(gm):
         if any(n.target is aten.mul.Tensor for n in gm.graph.nodes):
             raise RuntimeError("the chip has no multiplier")
 
     x, w = torch.randn(4, 8), torch.randn(8, 8)
+    # default: the failure is printed once and the island runs eagerly; the model gives eager's results
+    for _ in range(2):
+        gm = compiled(mixed, x, w, vendor=make_vendor("broken", compile_hook=fail_on_mul))
+        assert_same(gm(x, w), mixed(x, w))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dicp broken: compiling")]
+    assert len(lines) == 1 and "node mul (aten.mul.Tensor)" in lines[0] and "the chip has no multiplier" in lines[0]
+    assert lines[0].endswith("the island runs eagerly (DICP_STRICT=1 raises instead)")
+    report = compile_report()["broken"]
+    assert report["compile_failures"] == 2 and report["eager_nodes"] > 2  # the failed islands ran eagerly
+
+    monkeypatch.setenv("DICP_STRICT", "1")
+    reset_config()
     with pytest.raises(DicpCompileError) as info:
         compiled(mixed, x, w, vendor=make_vendor("broken", compile_hook=fail_on_mul))
     message = str(info.value)

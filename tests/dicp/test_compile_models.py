@@ -174,6 +174,26 @@ def test_llama_inference_dynamic_fused() -> None:
         assert "Attention" in {n.op_type for m in models for n in m.graph.node}
 
 
+def test_new_lengths_recompile_once() -> None:
+    """``torch.compile``'s default (automatic dynamic shapes): the first length compiles static, the second
+    recompiles once with a symbolic length, and every later length reuses that graph (no guard of the vendor's
+    pins a size); forward and backward alike, losses equal eager's."""
+    model = _llama()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="onnxgraph")
+    for seq in (16, 24, 40, 56, 72):
+        ids = torch.randint(0, W1["vocab_size"], (2, seq), generator=torch.Generator().manual_seed(seq))
+        losses = [m(input_ids=ids, labels=ids).loss for m in (compiled, reference)]
+        for loss in losses:
+            loss.backward()
+        assert all_passed(compare_outputs(losses[0].detach(), losses[1].detach()))
+    report = _report()
+    assert report["graphs_forward"] == 2 and report["graphs_backward"] == 2, report
+    assert report["guards_added"] == 0 and report.get("eager_ops", {}) == {}, report
+    grads = [p.grad for p in model.parameters()], [p.grad for p in reference.parameters()]
+    assert all_passed(compare_outputs(*grads))
+
+
 def test_default_backend_on_dipu_is_onnxgraph() -> None:
     """``torch.compile(model)`` with no backend: a graph on dipu is compiled by onnxgraph and equals eager CPU."""
     import torch_dipu  # noqa: F401  (the dipu device)

@@ -9,7 +9,8 @@ Each ATen graph AOTAutograd produces (forward, backward, inference) goes through
    the island's nodes are replaced by one call of the runner. The ShapeEnv's guards are counted before and
    after the vendor's compile: a converter that specializes a symbolic size is reported (``guards_added``)
    and warned about;
-4. a vendor compile failure raises :class:`DicpCompileError` naming the vendor, the node and the operator.
+4. a vendor compile failure is a :class:`DicpCompileError` naming the vendor, the node and the operator: printed
+   once, and the island runs eagerly (the user's model is never lost); with ``DICP_STRICT=1`` it is raised.
 """
 
 from __future__ import annotations
@@ -197,7 +198,13 @@ def compile_graph(vendor: Vendor, gm: torch.fx.GraphModule, example_inputs: Sequ
     fake_mode = getattr(shape_env, "fake_mode", None)
     for i, nodes in enumerate(plan.vendor):
         island = extract_island(gm, nodes, fake_mode)
-        runner = _build(vendor, kind, island, shape_env)
+        try:
+            runner = _build(vendor, kind, island, shape_env)
+        except DicpCompileError as exc:
+            if dicp_config().strict:
+                raise
+            report.note_compile_failure(vendor.name, str(exc), len(island.ops()))
+            continue  # the island's nodes stay in the graph: they run eagerly
         module = IslandRunner(vendor.name, kind, island.ops(), runner, island.gm, precision_check)
         replace_island(gm, island, nodes, f"dicp_{kind}_island_{i}", module)
     finish(gm)

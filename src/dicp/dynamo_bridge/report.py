@@ -13,7 +13,8 @@ import threading
 from collections import Counter
 from typing import Any
 
-__all__ = ["compile_report", "count", "count_op", "island_lines", "note_eager_op", "print_islands", "reset_report"]
+__all__ = ["compile_report", "count", "count_op", "island_lines", "note_compile_failure", "note_eager_op",
+           "print_islands", "reset_report"]
 
 _lock = threading.Lock()
 _COUNTERS: dict[str, dict[str, Any]] = {}
@@ -23,7 +24,7 @@ _ANNOUNCED: set[tuple[str, str]] = set()
 FIELDS = (
     "graphs_forward", "graphs_backward", "graphs_inference", "vendor_islands", "eager_islands", "eager_nodes",
     "cache_hits", "cache_misses", "cache_rebuilt", "guards_added", "shape_mismatches", "precision_checks",
-    "precision_mismatches", "returned_views",
+    "precision_mismatches", "returned_views", "compile_failures",
 )
 
 
@@ -65,12 +66,26 @@ def note_eager_op(vendor: str, op: str, reason: str, nodes: int) -> None:
               file=sys.stderr, flush=True)
 
 
+def note_compile_failure(vendor: str, message: str, nodes: int) -> None:
+    """Count a vendor island whose compile failed (its ``nodes`` nodes run eagerly) and print ``message`` the first
+    time this process meets it."""
+    with _lock:
+        entry = _entry(vendor)
+        entry["compile_failures"] += 1
+        entry["eager_nodes"] += nodes
+        first = (vendor, message) not in _ANNOUNCED
+        _ANNOUNCED.add((vendor, message))
+    if first:
+        print(f"{message}; the island runs eagerly (DICP_STRICT=1 raises instead)", file=sys.stderr, flush=True)
+
+
 def compile_report() -> dict[str, dict[str, Any]]:
     """Counters per vendor name: ``graphs_forward``/``graphs_backward``/``graphs_inference``,
     ``vendor_islands``, ``eager_islands``, ``eager_nodes``, ``eager_ops`` (op name -> nodes), ``cache_hits``,
     ``cache_misses``, ``cache_rebuilt``, ``guards_added``, ``precision_checks``, ``precision_mismatches``,
-    ``returned_views`` (views of graph inputs a graph returns: PyTorch's views, no op), ``rewrites`` (pass name ->
-    rewrites). A copy: plain dicts, JSON-ready."""
+    ``returned_views`` (views of graph inputs a graph returns: PyTorch's views, no op), ``compile_failures``
+    (vendor islands whose compile failed and that run eagerly), ``rewrites`` (pass name -> rewrites). A copy:
+    plain dicts, JSON-ready."""
     with _lock:
         out = copy.deepcopy(_COUNTERS)
     for entry in out.values():
