@@ -12,6 +12,7 @@ A malformed value raises ``ValueError`` naming the variable and the value.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,18 +43,12 @@ def parse_config(env: Mapping[str, str] | None = None) -> DlinferConfig:
     return DlinferConfig(kernels=kernels, linear_nn_layout=layout == "1")
 
 
-_config: DlinferConfig | None = None
-
-
+@functools.cache
 def dlinfer_config() -> DlinferConfig:
     """The process's configuration, parsed on first use."""
-    global _config
-    if _config is None:
-        _config = parse_config()
-    return _config
+    return parse_config()
 
 
 def reset_config() -> None:
     """Forget the parsed configuration (tests; the next :func:`dlinfer_config` reads the environment again)."""
-    global _config
-    _config = None
+    dlinfer_config.cache_clear()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 
 from diopi.case_format import atomic_open, write_json
 
+from .conversion import stable_repr
 from .partition import op_name
 from .vendor import Vendor
 
@@ -40,7 +40,7 @@ def describe_value(val: Any) -> str:
         return "(" + "; ".join(describe_value(v) for v in val) + ")"
     if isinstance(val, torch.SymInt):
         return f"SymInt {val}"
-    return f"{type(val).__name__} {_stable_repr(val)}"
+    return f"{type(val).__name__} {stable_repr(val)}"
 
 
 def _arg_text(arg: Any, index: dict[torch.fx.Node, int]) -> str:
@@ -53,15 +53,7 @@ def _arg_text(arg: Any, index: dict[torch.fx.Node, int]) -> str:
         return "{" + ", ".join(f"{k}={_arg_text(v, index)}" for k, v in arg.items()) + "}"
     if isinstance(arg, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)) or callable(arg):
         return op_name(arg)  # never a repr with an address: the key must be the same in every process
-    return _stable_repr(arg)
-
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _stable_repr(value: Any) -> str:
-    """``repr(value)`` without the ``at 0x...`` addresses of default reprs (they differ between processes)."""
-    return _ADDRESS.sub("", repr(value))
+    return stable_repr(arg)
 
 
 def graph_listing(gm: torch.fx.GraphModule) -> str:

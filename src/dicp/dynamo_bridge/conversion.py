@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Conversion", "ConversionRegistry", "Target", "module_source_digest"]
+__all__ = ["Conversion", "ConversionRegistry", "Target", "module_source_digest", "stable_repr"]
 
 Target = Any  # torch._ops.OpOverload | torch._ops.OpOverloadPacket | a Python callable (operator.getitem, ...)
 
@@ -132,6 +132,13 @@ def _name(target: Any) -> str:
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def stable_repr(value: Any) -> str:
+    """``repr(value)`` without the ``at 0x...`` addresses of default reprs (they differ between processes)."""
+    return _ADDRESS.sub("", repr(value))
+
+
 _MAX_DEPTH = 6
 
 
@@ -204,7 +211,7 @@ def _value_text(value: Any, modules: set[str], depth: int) -> str:
         return f"class {_name(value)}"
     if callable(value):
         return _callable_text(value, modules, depth + 1)
-    return f"{_name(type(value))} {_ADDRESS.sub('', repr(value))}"
+    return f"{_name(type(value))} {stable_repr(value)}"
 
 
 @functools.cache

@@ -22,14 +22,10 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .conversion import ConversionRegistry, _name
+from .conversion import ConversionRegistry
+from .conversion import _name as op_name  # re-exported: the name every report and cache key uses
 
 __all__ = ["Island", "Plan", "extract_island", "finish", "op_name", "plan_partition", "replace_island"]
-
-
-def op_name(target: Any) -> str:
-    """``aten.add.Tensor`` for an overload, the qualified name of a Python callable."""
-    return _name(target)
 
 
 def _is_tensor_value(val: Any) -> bool:

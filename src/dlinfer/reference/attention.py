@@ -174,8 +174,7 @@ def check_paged_prefill(query: Tensor, key_cache: Tensor, block_table: Tensor, b
     if kv_seq_len.shape != q_seq_len.shape or block_table.shape[0] != q_seq_len.shape[0]:
         raise ValueError(f"{op}: kv_seq_len {tuple(kv_seq_len.shape)} and block_table {tuple(block_table.shape)} "
                          f"must have one row per sequence ({q_seq_len.shape[0]})")
-    if key_cache.shape[1] != block_size:
-        raise ValueError(f"{op}: block_size={block_size} does not match key_cache {tuple(key_cache.shape)}")
+    _check_table(op, key_cache, block_table, block_size, 0)  # the block size; the kernels check the length
 
 
 def _check_table(op: str, key_cache: Tensor, block_table: Tensor, block_size: int, length: int) -> None:

@@ -11,7 +11,9 @@ from dlinfer.registry import reference
 __all__ = ["add_rms_norm", "rms_norm"]
 
 
-def _rms(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
+@reference("rms_norm")
+def rms_norm(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
+    """``weight * (x * rsqrt(mean(x^2) + eps))``, statistics in float32."""
     if weight.shape[-1] != hidden_states.shape[-1]:
         raise ValueError(f"rms_norm: weight {tuple(weight.shape)} does not match the last dimension of "
                          f"hidden_states {tuple(hidden_states.shape)}")
@@ -25,12 +27,6 @@ def _rms(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
     return out if out.dtype == dtype else out.to(dtype)
 
 
-@reference("rms_norm")
-def rms_norm(hidden_states: Tensor, weight: Tensor, epsilon: float) -> Tensor:
-    """``weight * (x * rsqrt(mean(x^2) + eps))``, statistics in float32."""
-    return _rms(hidden_states, weight, epsilon)
-
-
 @reference("add_rms_norm")
 def add_rms_norm(hidden_states: Tensor, residual: Tensor, weight: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
     """``(rms_norm(hidden_states + residual), hidden_states + residual)``."""
@@ -38,4 +34,4 @@ def add_rms_norm(hidden_states: Tensor, residual: Tensor, weight: Tensor, epsilo
         raise ValueError(f"add_rms_norm: residual {tuple(residual.shape)} does not match hidden_states "
                          f"{tuple(hidden_states.shape)}")
     added = hidden_states + residual
-    return _rms(added, weight, epsilon), added
+    return rms_norm(added, weight, epsilon), added

@@ -219,9 +219,7 @@ class ConversionContext:
 
     def scalar(self, value: int | float | bool | str, dtype: torch.dtype) -> str:
         """A 0-d value of ``dtype``: a constant for a Python number, a cast for a value name."""
-        if isinstance(value, str):
-            return self.cast(value, dtype)
-        return self.const(value, dtype)
+        return self.cast(value, dtype) if isinstance(value, str) else self.const(value, dtype)
 
 
 def _unwrap(arg: Any, env: dict[torch.fx.Node, Any]) -> Any:

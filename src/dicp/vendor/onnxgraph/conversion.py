@@ -45,9 +45,6 @@ the table and its helpers from ``convert_common``; importing this module registe
 
 from __future__ import annotations
 
-# The converter modules register into the table as they are imported (convert_dlinfer: dlinfer's LLM operators,
-# docs/dlinfer.md "Graph mode"); they import the table from convert_common, so this module is the only one that
-# imports them.
 from . import convert_attention, convert_dlinfer, convert_math, convert_nn, convert_shape  # noqa: F401
 from .convert_common import (
     INT64_MAX,

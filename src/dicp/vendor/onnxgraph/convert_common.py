@@ -85,9 +85,8 @@ def out_dtype(ctx: ConversionContext) -> torch.dtype:
     return val.dtype
 
 
-def operand(ctx: ConversionContext, x: Any, dtype: torch.dtype) -> str:
-    """A tensor name or a Python scalar as a value of ``dtype``."""
-    return ctx.cast(x, dtype) if isinstance(x, str) else ctx.const(x, dtype)
+#: ``operand(ctx, x, dtype)``: a tensor name or a Python scalar as a value of ``dtype`` (``ctx.scalar``)
+operand = ConversionContext.scalar
 
 
 def _proxy(ctx: ConversionContext, x: Any) -> Any:

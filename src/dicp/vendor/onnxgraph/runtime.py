@@ -27,6 +27,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from dicp.config import dicp_config
 
+from .codegen import _NUMPY_DTYPES as _CONST_NUMPY_DTYPES
 from .codegen import DEFAULT_OPSET, compile_island, onnx_dtype
 from .conversion import conversions
 
@@ -102,9 +103,7 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 #: torch dtypes whose tensors ONNX Runtime wraps from a data pointer (its numpy element type); others (bfloat16)
 #: go through DLPack.
-_NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
-                 torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8,
-                 torch.uint8: np.uint8, torch.bool: np.bool_}
+_NUMPY_DTYPES = {**_CONST_NUMPY_DTYPES, torch.float16: np.float16}
 _CPU = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
 
 

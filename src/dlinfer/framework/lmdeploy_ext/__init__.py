@@ -17,8 +17,8 @@ See docs/dlinfer.md, "LMDeploy".
 
 from __future__ import annotations
 
-from .backends import patch_backends, patched_backends
+from .backends import patch_backends
 
-__all__ = ["patch_backends", "patched_backends"]
+__all__ = ["patch_backends"]
 
 patch_backends()

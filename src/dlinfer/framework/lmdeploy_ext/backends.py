@@ -10,7 +10,7 @@ import torch
 from .graph_runner import build_graph_runner
 from .step_context import build_attention_metadata
 
-__all__ = ["DEVICE_BACKENDS", "patch_backends", "patched_backends"]
+__all__ = ["DEVICE_BACKENDS", "patch_backends"]
 
 #: LMDeploy device type -> (module, class) of its dlinfer op backend patched here. Ascend keeps upstream's own
 #: backend: its cache layout and graph mode are made for torch_npu's kernels.
@@ -45,9 +45,4 @@ def patch_backends() -> list[type]:
         backend.get_k_block_shape = staticmethod(_block_shape)
         backend.get_v_block_shape = staticmethod(_block_shape)
         _PATCHED.append(backend)
-    return list(_PATCHED)
-
-
-def patched_backends() -> list[type]:
-    """The backend classes patched so far."""
     return list(_PATCHED)

@@ -28,7 +28,7 @@ from .context import StepContext
 from .paged_cache import PagedCache
 
 __all__ = ["ATTENTION_NAME", "active_cache", "attend_tokens", "dlinfer_attention", "layer_context", "pop_cache",
-           "push_cache", "reset_active", "token_rotary", "unpacked"]
+           "push_cache", "token_rotary", "unpacked"]
 
 ATTENTION_NAME = "dlinfer"
 _FILL = torch.ops.dlinfer.fill_kv_cache
@@ -62,11 +62,6 @@ def pop_cache(cache: PagedCache) -> None:
 def active_cache() -> PagedCache | None:
     """The cache of the innermost running forward of an installed model, if any."""
     return _ACTIVE[-1][1] if _ACTIVE else None
-
-
-def reset_active() -> None:
-    """Forget every pushed cache (after an error left some behind)."""
-    _ACTIVE.clear()
 
 
 def _check_keywords(name: str, module: nn.Module, dropout: float, kwargs: dict[str, Any]) -> None:

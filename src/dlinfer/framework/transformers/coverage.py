@@ -86,21 +86,18 @@ def judge(model_type: str, device: str = "cpu") -> Row:
         stock = _generate(model, ids, mask)
     except Exception as exc:  # noqa: BLE001
         return Row(model_type, cls, "no build", f"stock generate(): {_one_line(exc)}")
+    stage = "install()"
     try:
         install(model, block_size=BLOCK_SIZE, shuffle_seed=SHUFFLE_SEED)
-    except ValueError as exc:
-        return Row(model_type, cls, "refused", str(exc).splitlines()[0].replace("|", "/"))
-    except Exception as exc:  # noqa: BLE001
-        return Row(model_type, cls, "error", f"install(): {_one_line(exc)}")
-    try:
+        stage = "generate()"
         replaced = _replaced(model)
         ours = _generate(model, ids, mask)
     except ValueError as exc:
         return Row(model_type, cls, "refused", str(exc).splitlines()[0].replace("|", "/"))
     except Exception as exc:  # noqa: BLE001
-        return Row(model_type, cls, "error", f"generate(): {_one_line(exc)}")
+        return Row(model_type, cls, "error", f"{stage}: {_one_line(exc)}")
     finally:
-        uninstall(model)
+        uninstall(model)  # a no-op when install() refused
     if torch.equal(ours, stock):
         return Row(model_type, cls, "equal", "", replaced)
     step = int((ours != stock).any(0).nonzero()[0]) if ours.shape == stock.shape else 0

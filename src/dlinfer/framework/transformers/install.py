@@ -33,7 +33,7 @@ from .configs import config_value, restore, switch, text_config
 from .experts import EXPERTS_NAME, dlinfer_experts
 from .mask import dlinfer_mask
 from .paged_cache import PagedCache
-from .probe import ClassVerdict, plan
+from .probe import ClassVerdict, plan, token_ids
 from .refusals import refusal
 
 __all__ = ["install", "installed", "new_cache", "uninstall", "verdicts"]
@@ -202,10 +202,7 @@ def _post_forward(module: nn.Module, args: tuple, kwargs: dict[str, Any], output
 def _trial(model: nn.Module) -> None:
     """One short forward through the adaptor (refusals that only show at run time). A model that computes with
     the attention mask itself (adds a bias to it, reads its dtype, ...) meets the step context there: refused."""
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    vocab = int(getattr(embeddings, "num_embeddings", 0) or getattr(model.config, "vocab_size", 0) or 2)
-    device = next(model.parameters()).device
-    ids = torch.randint(0, vocab, (1, TRIAL_TOKENS), generator=torch.Generator().manual_seed(1)).to(device)
+    ids = token_ids(model, TRIAL_TOKENS, seed=1)
     try:
         with torch.no_grad():
             model(input_ids=ids)

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
 from diopi.compare import all_passed, compare_outputs
+from diopi.tensor_walk import map_leaves
 
 from . import fused
 from .candidates import Kind, Variant, eps_of, kind_of
@@ -112,25 +113,11 @@ def _fingerprint(model: nn.Module) -> str:
 
 
 def _clone(x: Any) -> Any:
-    if isinstance(x, Tensor):
-        return x.detach().clone()
-    if isinstance(x, tuple):
-        return tuple(_clone(v) for v in x)
-    if isinstance(x, list):
-        return [_clone(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _clone(v) for k, v in x.items()}
-    return x
+    return map_leaves(x, lambda v: v.detach().clone() if isinstance(v, Tensor) else v)
 
 
 def _cast(x: Any, dtype: torch.dtype) -> Any:
-    if isinstance(x, Tensor):
-        return x.to(dtype) if x.is_floating_point() else x
-    if isinstance(x, (tuple, list)):
-        return type(x)(_cast(v, dtype) for v in x)
-    if isinstance(x, dict):
-        return {k: _cast(v, dtype) for k, v in x.items()}
-    return x
+    return map_leaves(x, lambda v: v.to(dtype) if isinstance(v, Tensor) and v.is_floating_point() else v)
 
 
 @contextlib.contextmanager
@@ -145,6 +132,14 @@ def _probing(model: nn.Module) -> Iterator[None]:
             yield
     finally:
         restore(saved, "_attn_implementation_internal")
+
+
+def token_ids(model: nn.Module, count: int, seed: int) -> Tensor:
+    """``(1, count)`` seeded random token ids within ``model``'s vocabulary, on its device."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    vocab = int(getattr(embeddings, "num_embeddings", 0) or getattr(model.config, "vocab_size", 0) or 2)
+    ids = torch.randint(0, vocab, (1, count), generator=torch.Generator().manual_seed(seed))
+    return ids.to(next(model.parameters()).device)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -163,10 +158,7 @@ def _capture(model: nn.Module, keys: set[tuple]) -> tuple[dict[tuple, _Record], 
 
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in model.modules()
                if kind_of(m) is not None and group_key(m) in keys]
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    vocab = int(getattr(embeddings, "num_embeddings", 0) or getattr(model.config, "vocab_size", 0) or 2)
-    param = next(model.parameters())
-    ids = torch.randint(0, vocab, (1, PROBE_TOKENS), generator=torch.Generator().manual_seed(0)).to(param.device)
+    ids = token_ids(model, PROBE_TOKENS, seed=0)
     try:
         with _probing(model):
             model(input_ids=ids, use_cache=False)

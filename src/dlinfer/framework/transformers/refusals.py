@@ -63,12 +63,6 @@ def refusal(model: nn.Module) -> str | None:
         return f"dlinfer: {what} is an encoder-decoder model (config.is_encoder_decoder), unsupported by the paged" \
                " cache"
     text = text_config(model)
-    for cfg in (config,) if text is config else (config, text):
-        reason = _config_refusal(cfg, what)
-        if reason:
-            return f"dlinfer: {reason}"
-    if isinstance(model, nn.Module):
-        reason = _module_refusal(model)
-        if reason:
-            return f"dlinfer: {reason}"
-    return None
+    reasons = [_config_refusal(cfg, what) for cfg in ((config,) if text is config else (config, text))]
+    reason = next((r for r in reasons if r), None) or (_module_refusal(model) if isinstance(model, nn.Module) else None)
+    return f"dlinfer: {reason}" if reason else None

@@ -20,16 +20,6 @@ class Support:
     refused: str | None
     classes: list[ClassVerdict] = field(default_factory=list)
 
-    @property
-    def replaced(self) -> list[ClassVerdict]:
-        """The classes that get a dlinfer forward."""
-        return [c for c in self.classes if c.variant is not None]
-
-    @property
-    def kept(self) -> list[ClassVerdict]:
-        """The candidate classes that stay stock."""
-        return [c for c in self.classes if c.variant is None]
-
     def __str__(self) -> str:
         lines = [f"{self.model}: " + (f"refused: {self.refused}" if self.refused else "runs over the paged cache")]
         for c in self.classes:

@@ -171,14 +171,6 @@ def moe_gating_topk_softmax(router_logits: Tensor, topk: int, renormalize: bool)
 
 
 #: operator -> droplet kernel; every other operator runs the reference kernel on dipu tensors.
-KERNELS: dict[str, Callable[..., Any]] = {
-    "rms_norm": rms_norm,
-    "add_rms_norm": add_rms_norm,
-    "apply_rotary_pos_emb": apply_rotary_pos_emb,
-    "silu_and_mul": silu_and_mul,
-    "prefill_attention": prefill_attention,
-    "fill_kv_cache": fill_kv_cache,
-    "paged_decode_attention": paged_decode_attention,
-    "paged_prefill_attention": paged_prefill_attention,
-    "moe_gating_topk_softmax": moe_gating_topk_softmax,
-}
+KERNELS: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in (
+    rms_norm, add_rms_norm, apply_rotary_pos_emb, silu_and_mul, prefill_attention, fill_kv_cache,
+    paged_decode_attention, paged_prefill_attention, moe_gating_topk_softmax)}
