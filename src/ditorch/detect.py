@@ -304,12 +304,6 @@ def detect(config: DitorchConfig | None = None) -> Detection:
     return Detection(chosen, failures, adapters, status, warnings=warnings)
 
 
-def select_adapter(config: DitorchConfig | None = None) -> tuple[Adapter | None, list[Failure]]:
-    """The adapter to activate (``None`` for the CPU) and the adapters that failed on the way."""
-    detection = detect(config)
-    return detection.adapter, detection.failures
-
-
 def banner(adapter: Adapter | None, pid: int) -> str:
     """``ditorch: <arch> <framework>:<version> pid: <pid>``."""
     if adapter is None:

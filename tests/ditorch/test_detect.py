@@ -103,7 +103,8 @@ def test_bad_vendor_override_is_one_clear_error(setup, vendor, expected):
 
 
 def test_adapters_are_ordered_and_detecting_again_after_mocking_gives_the_same_choice():
-    code = "import ditorch as d; print(*[a.name for a in d.detect.load_adapters()[0]], d.detect.select_adapter())"
+    code = ("import ditorch as d; found = d.detect.detect(); "
+            "print(*[a.name for a in d.detect.load_adapters()[0]], (found.adapter, found.failures))")
     proc = run_python("-c", code, DITORCH_QUIET="1")
     names = ["npu", "mlu", "musa", "biren", "cuda", "xpu", "mps", "dipu"]
     assert proc.stdout.split(maxsplit=len(names))[:len(names)] == names, proc.stderr

@@ -50,20 +50,26 @@ def _node_is_tensor_value(node: torch.fx.Node) -> bool:
             and all(v is None or isinstance(v, torch.Tensor) for v in val))
 
 
-def _is_random(node: torch.fx.Node) -> bool:
-    """A random draw: an operator tagged ``nondeterministic_seeded``, unless its dropout probability is 0 or it
-    is not training (``scaled_dot_product_attention`` with ``dropout_p=0.0``, ``native_dropout(train=False)``)."""
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
-        return False
+def call_arguments(node: torch.fx.Node) -> dict[str, Any]:
+    """The arguments of an operator call node by their schema names (positional, keyword or default)."""
     values: dict[str, Any] = {}
-    for i, arg in enumerate(target._schema.arguments):
+    for i, arg in enumerate(node.target._schema.arguments):
         if i < len(node.args):
             values[arg.name] = node.args[i]
         elif arg.name in node.kwargs:
             values[arg.name] = node.kwargs[arg.name]
         elif arg.has_default_value():
             values[arg.name] = arg.default_value
+    return values
+
+
+def _is_random(node: torch.fx.Node) -> bool:
+    """A random draw: an operator tagged ``nondeterministic_seeded``, unless its dropout probability is 0 or it
+    is not training (``scaled_dot_product_attention`` with ``dropout_p=0.0``, ``native_dropout(train=False)``)."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    values = call_arguments(node)
     if any(values.get(name) in (0, 0.0) and not isinstance(values.get(name), bool) for name in ("dropout_p", "p")):
         return False
     return values.get("train") is not False

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import torch
 
+from .partition import call_arguments
 from .vendor import GraphPass
 
 __all__ = ["draws_apart", "fold_transposes", "pass_name", "run_passes"]
@@ -130,8 +131,8 @@ def draws_apart(gm: torch.fx.GraphModule) -> int:
             continue
         if node.target is not aten.native_dropout.default:
             continue
-        x, p = node.args[0], node.args[1]
-        train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+        arguments = call_arguments(node)  # read by schema names, as the partitioner does
+        x, p, train = arguments["input"], arguments["p"], arguments.get("train")
         out_val, mask_val = node.meta["val"]
         readers = list(node.users)
         if (train is False or not isinstance(p, (int, float)) or not _static(out_val)

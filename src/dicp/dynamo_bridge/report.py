@@ -13,8 +13,8 @@ import threading
 from collections import Counter
 from typing import Any
 
-__all__ = ["compile_report", "count", "count_op", "island_lines", "note_compile_failure", "note_eager_op",
-           "print_islands", "reset_report"]
+__all__ = ["compile_report", "count", "count_op", "note_compile_failure", "note_eager_op", "print_islands",
+           "reset_report"]
 
 _lock = threading.Lock()
 _COUNTERS: dict[str, dict[str, Any]] = {}
@@ -52,31 +52,32 @@ def count_op(vendor: str, field: str, name: str, n: int = 1) -> None:
         _entry(vendor)[field][name] += n
 
 
-def note_eager_op(vendor: str, op: str, reason: str, nodes: int) -> None:
-    """Count ``nodes`` nodes of ``op`` that run eagerly, and print the one line that says so (first time only
-    for this vendor and op in this process)."""
+def _note_eager(vendor: str, field: str, key: str, nodes: int, line: str) -> None:
+    """Add ``nodes`` eager nodes (and one to ``field``, or ``nodes`` to ``eager_ops[key]``) and print ``line`` the
+    first time this vendor meets ``key`` in this process."""
     with _lock:
         entry = _entry(vendor)
-        entry["eager_ops"][op] += nodes
+        if field == "eager_ops":
+            entry["eager_ops"][key] += nodes
+        else:
+            entry[field] += 1
         entry["eager_nodes"] += nodes
-        first = (vendor, op) not in _ANNOUNCED
-        _ANNOUNCED.add((vendor, op))
+        first = (vendor, key) not in _ANNOUNCED
+        _ANNOUNCED.add((vendor, key))
     if first:
-        print(f"dicp {vendor}: {reason}; runs eagerly ({nodes} node{'s' if nodes != 1 else ''})",
-              file=sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)
+
+
+def note_eager_op(vendor: str, op: str, reason: str, nodes: int) -> None:
+    """Count ``nodes`` nodes of ``op`` that run eagerly; print the line that says so (once per vendor and op)."""
+    _note_eager(vendor, "eager_ops", op, nodes,
+                f"dicp {vendor}: {reason}; runs eagerly ({nodes} node{'s' if nodes != 1 else ''})")
 
 
 def note_compile_failure(vendor: str, message: str, nodes: int) -> None:
-    """Count a vendor island whose compile failed (its ``nodes`` nodes run eagerly) and print ``message`` the first
-    time this process meets it."""
-    with _lock:
-        entry = _entry(vendor)
-        entry["compile_failures"] += 1
-        entry["eager_nodes"] += nodes
-        first = (vendor, message) not in _ANNOUNCED
-        _ANNOUNCED.add((vendor, message))
-    if first:
-        print(f"{message}; the island runs eagerly (DICP_STRICT=1 raises instead)", file=sys.stderr, flush=True)
+    """Count a vendor island whose compile failed (its ``nodes`` nodes run eagerly); print ``message`` once."""
+    _note_eager(vendor, "compile_failures", message, nodes,
+                f"{message}; the island runs eagerly (DICP_STRICT=1 raises instead)")
 
 
 def compile_report() -> dict[str, dict[str, Any]]:
@@ -102,18 +103,12 @@ def reset_report(*, announced: bool = False) -> None:
             _ANNOUNCED.clear()
 
 
-def island_lines(vendor: str, kind: str, vendor_sizes: list[int], eager: list[list[tuple[str, str]]]) -> list[str]:
-    """The ``DICP_REPORT=1`` listing of one compiled graph: a headline, then one line per eager island with each
-    node's name and the reason it stays eager (``eager``: per island, ``(node name, reason)`` pairs)."""
+def print_islands(vendor: str, kind: str, vendor_sizes: list[int], eager: list[list[tuple[str, str]]]) -> None:
+    """The ``DICP_REPORT=1`` listing of one compiled graph on stderr: a headline, then one line per eager island
+    with each node's name and the reason it stays eager (``eager``: per island, ``(node name, reason)`` pairs)."""
     sizes = ", ".join(str(n) for n in vendor_sizes) or "none"
     lines = [f"dicp {vendor}: {kind} graph: {len(vendor_sizes)} vendor island(s) (nodes: {sizes}), "
              f"{len(eager)} eager island(s)"]
-    for i, island in enumerate(eager, 1):
-        nodes = "; ".join(f"{name}: {reason}" for name, reason in island)
-        lines.append(f"  eager island {i}: {nodes}")
-    return lines
-
-
-def print_islands(vendor: str, kind: str, vendor_sizes: list[int], eager: list[list[tuple[str, str]]]) -> None:
-    """Print :func:`island_lines` on stderr (one write)."""
-    print("\n".join(island_lines(vendor, kind, vendor_sizes, eager)), file=sys.stderr, flush=True)
+    lines += [f"  eager island {i}: " + "; ".join(f"{name}: {reason}" for name, reason in island)
+              for i, island in enumerate(eager, 1)]
+    print("\n".join(lines), file=sys.stderr, flush=True)
