@@ -36,22 +36,21 @@ def pow_scalar(ctx: ConversionContext, a: Any, exponent: Any) -> str:
     0.5 and -0.5) as the same products, roots and reciprocals (faster than ONNX ``Pow``, and eager's bits)."""
     dtype = out_dtype(ctx)
     x = operand(ctx, a, dtype)
-    if isinstance(exponent, str) or not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
-        return ctx.emit("Pow", [x, operand(ctx, exponent, dtype)], dtype=dtype)
-    floating = dtype.is_floating_point
-    if exponent == 1:
-        return x
-    if exponent in (2, 3) or (exponent == -2 and floating):
-        square = ctx.emit("Mul", [x, x], dtype=dtype)
-        if exponent == 2:
-            return square
-        return ctx.emit("Mul", [square, x], dtype=dtype) if exponent == 3 else \
-            ctx.emit("Reciprocal", [square], dtype=dtype)
-    if exponent == -1 and floating:
-        return ctx.emit("Reciprocal", [x], dtype=dtype)
-    if exponent in (0.5, -0.5) and floating:
-        root = ctx.emit("Sqrt", [x], dtype=dtype)
-        return root if exponent == 0.5 else ctx.emit("Reciprocal", [root], dtype=dtype)
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):  # a constant, not a SymFloat input
+        floating = dtype.is_floating_point
+        if exponent == 1:
+            return x
+        if exponent in (2, 3) or (exponent == -2 and floating):
+            square = ctx.emit("Mul", [x, x], dtype=dtype)
+            if exponent == 2:
+                return square
+            return ctx.emit("Mul", [square, x], dtype=dtype) if exponent == 3 else \
+                ctx.emit("Reciprocal", [square], dtype=dtype)
+        if exponent == -1 and floating:
+            return ctx.emit("Reciprocal", [x], dtype=dtype)
+        if exponent in (0.5, -0.5) and floating:
+            root = ctx.emit("Sqrt", [x], dtype=dtype)
+            return root if exponent == 0.5 else ctx.emit("Reciprocal", [root], dtype=dtype)
     return ctx.emit("Pow", [x, operand(ctx, exponent, dtype)], dtype=dtype)
 
 
