@@ -64,16 +64,19 @@ W1 = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_la
 
 
 def w1_step(device: str, seed: int = 0, backend: str | None = None,
-            convert: Callable[[Any], Any] | None = None) -> Callable[[], float]:
+            convert: Callable[[Any], Any] | None = None, config: dict[str, Any] | None = None,
+            autocast: Any = None) -> Callable[[], float]:
     """A closure running one W1 training step on ``device`` (model and data built once, seeded): forward
     with labels, zero_grad, backward, optimizer step, ``loss.item()``. ``backend``: the forward runs under
     ``torch.compile(model, backend=backend)`` (None: eagerly). ``convert``: applied to the model and to the
-    input ids before the optimizer is made (a tensor subclass the step runs on: dispatch_floors)."""
+    input ids before the optimizer is made (a tensor subclass the step runs on: dispatch_floors). ``config``:
+    LlamaConfig fields over W1's (``attention_dropout=0.1``); ``autocast``: a dtype the forward runs under
+    ``torch.autocast(device, dtype)`` (e.g. ``torch.bfloat16``)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**W1)).to(device)
+    model = LlamaForCausalLM(LlamaConfig(**{**W1, **(config or {})})).to(device)
     ids = torch.randint(0, W1["vocab_size"], (2, 64), generator=torch.Generator().manual_seed(seed)).to(device)
     if convert is not None:
         model, ids = convert(model), convert(ids)
@@ -81,7 +84,8 @@ def w1_step(device: str, seed: int = 0, backend: str | None = None,
     forward = model if backend is None else torch.compile(model, backend=backend)
 
     def step() -> float:
-        loss = forward(input_ids=ids, labels=ids).loss
+        with torch.autocast(device, dtype=autocast) if autocast is not None else contextlib.nullcontext():
+            loss = forward(input_ids=ids, labels=ids).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -1,7 +1,7 @@
 """dicp on the CPU: compile time and step time of ``torch.compile(backend="onnxgraph")`` vs eager and inductor.
 
     python benchmarks/bench_dicp.py [--out FILE] [--rounds 5] [--steps 3] [--batch 8] [--seq 256] [--threads N]
-                                    [--no-inductor] [--no-train]
+                                    [--no-inductor] [--no-train] [--train-variants fp32,dropout,bf16]
 
 On one run, per backend (eager, onnxgraph, inductor unless ``--no-inductor``), each on its own model (same
 seed): the first call of each (onnxgraph's and inductor's caches in an empty temporary folder, so the compiles
@@ -13,7 +13,9 @@ are cold), then ``--rounds`` interleaved rounds of ``--steps`` calls per backend
   compile plus one run; eager: one run), ``llama_infer_step_ms_<backend>`` (baseline = eager; the issue's goal
   for onnxgraph is ratio <= 1) and whether its logits equal eager's (``diopi.compare``);
 - ``w1_train``: the W1 training step (input ids (2, 64), AdamW): ``w1_train_first_step_s_<backend>`` and
-  ``w1_train_step_ms_<backend>`` (baseline = eager).
+  ``w1_train_step_ms_<backend>`` (baseline = eager); with ``--train-variants`` (default all three) also
+  ``w1_train_dropout_*`` (``attention_dropout=0.1``: the attention's dropout in the graph) and ``w1_train_bf16_*``
+  (the forward under ``torch.autocast("cpu", torch.bfloat16)``), each measured as its own interleaved set.
 
 The onnxgraph first call is the issue's "first compile" (goal: under 3 s), reported with ``target`` 3.0.
 Writes one JSON file in the project's benchmark format (default benchmarks/results/dicp.json).
@@ -84,8 +86,18 @@ def inference_runner(backend: str, batch: int, seq: int) -> Runner:
     return Runner(backend, step)
 
 
-def training_runner(backend: str) -> Runner:
-    return Runner(backend, w1_step("cpu", backend=None if backend == "eager" else backend))
+#: ``--train-variants``: case name suffix, LlamaConfig fields over W1's, autocast dtype.
+TRAIN_VARIANTS: dict[str, tuple[str, dict, torch.dtype | None]] = {
+    "fp32": ("", {}, None),
+    "dropout": ("_dropout", {"attention_dropout": 0.1}, None),
+    "bf16": ("_bf16", {}, torch.bfloat16),
+}
+
+
+def training_runner(backend: str, variant: str = "fp32") -> Runner:
+    _, config, autocast = TRAIN_VARIANTS[variant]
+    return Runner(backend, w1_step("cpu", backend=None if backend == "eager" else backend, config=config,
+                                   autocast=autocast))
 
 
 def measure(runners: list[Runner], rounds: int, steps: int) -> None:
@@ -122,7 +134,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch.set_num_threads (onnxgraph's ORT sessions follow it); 0: torch's default")
     parser.add_argument("--no-inductor", action="store_true", help="skip inductor (slow to compile)")
     parser.add_argument("--no-train", action="store_true", help="skip the W1 training step")
+    parser.add_argument("--train-variants", default=",".join(TRAIN_VARIANTS),
+                        help=f"comma-separated training variants of {sorted(TRAIN_VARIANTS)}")
     args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.train_variants.split(",") if v.strip()]
+    unknown = sorted(set(variants) - set(TRAIN_VARIANTS))
+    if unknown:
+        parser.error(f"--train-variants: unknown {unknown}; known: {sorted(TRAIN_VARIANTS)}")
     from diopi.compare import all_passed, compare_outputs
 
     if args.threads:
@@ -138,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         reset_config()
         infer = [inference_runner(b, args.batch, args.seq) for b in backends]
         measure(infer, args.rounds, args.steps)
-        train = [] if args.no_train else [training_runner(b) for b in backends]
-        measure(train, args.rounds, args.steps)
+        trains: dict[str, list[Runner]] = {}
+        for variant in [] if args.no_train else variants:
+            trains[variant] = [training_runner(b, variant) for b in backends]
+            measure(trains[variant], args.rounds, args.steps)
     base = infer[0]
     for runner in infer:
         equal = all_passed(compare_outputs(runner.result, base.result))
@@ -151,19 +171,20 @@ def main(argv: list[str] | None = None) -> int:
                             equal_to_eager=equal))
         print(f"inference {runner.backend}: first call {runner.first_s:.2f} s, {ms:.1f} ms per step "
               f"({ratio:.2f} x eager), logits equal eager: {equal}")
-    if train:
-        base = train[0]
+    for variant, train in trains.items():
+        base, suffix = train[0], TRAIN_VARIANTS[variant][0]
         for runner in train:
             ms, ratio = statistics.median(runner.rounds_ms), _ratio(runner, base)
-            results.append(_row(f"w1_train_first_step_s_{runner.backend}", runner.first_s, "s"))
-            results.append(_row(f"w1_train_step_ms_{runner.backend}", ms, "ms",
+            results.append(_row(f"w1_train{suffix}_first_step_s_{runner.backend}", runner.first_s, "s"))
+            results.append(_row(f"w1_train{suffix}_step_ms_{runner.backend}", ms, "ms",
                                 baseline=round(statistics.median(base.rounds_ms), 4), ratio=round(ratio, 3),
                                 first_loss=round(float(runner.result), 6)))
-            print(f"training {runner.backend}: first step {runner.first_s:.2f} s, {ms:.1f} ms per step "
+            print(f"training {variant} {runner.backend}: first step {runner.first_s:.2f} s, {ms:.1f} ms per step "
                   f"({ratio:.2f} x eager)")
     write_json(args.out, {"name": "dicp_compile", "unit": "s (first call) and ms (median step)", "results": results,
                           "env": {**environment(), "rounds": args.rounds, "steps": args.steps, "batch": args.batch,
-                                  "seq": args.seq, "backends": backends}})
+                                  "seq": args.seq, "backends": backends,
+                                  "train_variants": list(trains)}})
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
