@@ -76,6 +76,50 @@ def test_meta_llama_rotary_trains_without_eager_island(monkeypatch: pytest.Monke
 
 
 
+
+class BufferRotary(torch.nn.Module):
+    """Meta Llama's layout: ``freqs_cis`` a precomputed complex buffer (a complex graph input), sliced at a start
+    position for the sequence."""
+
+    def __init__(self, dim: int = 16, heads: int = 2, max_seq: int = 32) -> None:
+        super().__init__()
+        self.heads = heads
+        self.proj = torch.nn.Linear(dim, dim)
+        t = torch.outer(torch.arange(max_seq, dtype=torch.float32),
+                        1.0 / 10000 ** (torch.arange(0, dim // heads, 2).float() / (dim // heads)))
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(t), t))
+
+    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        b, s, _ = x.shape
+        return _rope(self.proj(x).view(b, s, self.heads, -1), self.freqs_cis[start:start + s])
+
+
+def test_complex_buffer_rotary_dynamic_shapes_train_without_eager_island(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One dynamic compile serves three sequence lengths: complex island inputs with symbolic sizes."""
+    monkeypatch.setenv("DICP_CACHE", "0")
+    from dicp.config import reset_config
+
+    reset_config()
+    torch.manual_seed(0)
+    model = BufferRotary()
+    eager_model = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="onnxgraph", dynamic=True)
+    for seq in (5, 7, 9):
+        x = torch.randn(2, seq, 16, generator=torch.Generator().manual_seed(seq))
+        out, expected = compiled(x, 1), eager_model(x, 1)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        results = compare_outputs([out.detach(), *(p.grad for p in model.parameters())],
+                                  [expected.detach(), *(p.grad for p in eager_model.parameters())])
+        assert all_passed(results), [r.message for r in results if r.message]
+        model.zero_grad()
+        eager_model.zero_grad()
+    report = _report()
+    assert report.get("graphs_forward", 0) == 1 and report.get("graphs_backward", 0) == 1, report
+    assert report.get("vendor_islands", 0) == 2 and report.get("eager_nodes", 0) == 0, report
+    assert report.get("eager_ops", {}) == {} and report.get("guards_added", 0) == 0, report
+
+
 def _nodes(fn, *args: torch.Tensor) -> list[torch.fx.Node]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -83,6 +127,7 @@ def _nodes(fn, *args: torch.Tensor) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function"]
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 def test_unconverted_complex_operator_is_rejected_with_its_reason() -> None:
     """A complex node of an operator with no complex converter stays eager, saying why; the float nodes of the
     operators that have one keep their float converter."""
