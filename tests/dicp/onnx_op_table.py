@@ -426,3 +426,74 @@ def _sdpa_backward(g: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
 
 simple("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_backward,
        lambda n: [_r(1, 2, n, 8), _r(1, 2, n, 8), _r(1, 2, n + 2, 8), _r(1, 2, n + 2, 8)])
+
+# -- complex values (float pairs in a trailing dimension inside the graph) -----------------------------------------
+
+
+def _c(*shape: int, dtype: torch.dtype = torch.complex64) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype)
+
+
+def _rope(xq: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """Meta-Llama rotary embedding, with ``freqs_cis`` made by ``polar`` inside the graph."""
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])
+    return torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+
+
+def _rope_backward(g: torch.Tensor, xq_c: torch.Tensor, freqs_cis: torch.Tensor) -> Any:
+    """The operators of the rotary embedding's AOT backward graph: gradients through conjugates."""
+    g_c = aten.view_as_complex.default(aten.view.default(g, [*g.shape[:-1], -1, 2]))
+    grad_x = aten.mul.Tensor(g_c, aten.clone.default(aten._conj.default(freqs_cis)))
+    grad_f = aten.sum.dim_IntList(aten.mul.Tensor(g_c, aten.clone.default(aten._conj.default(xq_c))), [0, 2], True)
+    grad_f = aten.view.default(grad_f, [grad_f.shape[1], grad_f.shape[3]])
+    grad_angle = aten.mul.Tensor(aten.clone.default(aten._conj.default(grad_f)),
+                                 aten.mul.Scalar(aten.view.default(freqs_cis, [grad_f.shape[0], -1]), 1j))
+    return (aten.view.default(aten.view_as_real.default(grad_x), g.shape),
+            aten.select.int(aten.view_as_real.default(grad_angle), 2, 0))
+
+
+simple("view_as_complex", lambda x: aten.view_as_complex.default(x), lambda n: [_r(n, 3, 2)])
+simple("view_as_complex_f64", lambda x: aten.view_as_complex.default(x), lambda n: [_r(n, 3, 2).double()])
+simple("view_as_real", lambda c: aten.view_as_real.default(c), lambda n: [_c(n, 3)])
+simple("view_as_real_of_view_as_complex", lambda x: aten.view_as_real.default(aten.view_as_complex.default(x)) * 2,
+       lambda n: [_r(n, 3, 2)])
+simple("mul.Tensor_complex", lambda a, b: aten.mul.Tensor(a, b), lambda n: [_c(2, n, 3), _c(n, 3)])
+simple("mul.Tensor_complex128", lambda a, b: aten.mul.Tensor(a, b),
+       lambda n: [_c(n, 3, dtype=torch.complex128), _c(n, 3)])
+simple("mul.Tensor_complex_real", lambda a, b: aten.mul.Tensor(a, b), lambda n: [_c(n, 3), _r(3)])
+simple("mul.Tensor_real_complex", lambda a, b: aten.mul.Tensor(a, b), lambda n: [_r(n, 1), _c(n, 3)])
+simple("mul.Scalar_complex_by_1j", lambda c: aten.mul.Scalar(c, 1j), lambda n: [_c(n, 3)])
+simple("mul.Scalar_complex_by_real", lambda c: aten.mul.Scalar(c, -2.5), lambda n: [_c(n, 3)])
+simple("mul.Scalar_real_by_complex", lambda x: aten.mul.Scalar(x, 0.5 - 2j), lambda n: [_r(n, 3)])
+simple("polar", lambda r, t: aten.polar.default(r, t), lambda n: [_pos(n, 3), _r(n, 3)])
+simple("polar_f64", lambda r, t: aten.polar.default(r, t), lambda n: [_pos(n, 3).double(), _r(n, 3).double()])
+simple("add.Tensor_complex", lambda a, b: aten.add.Tensor(a, b, alpha=2), lambda n: [_c(n, 3), _c(1, 3)])
+simple("add.Tensor_complex_real", lambda a, b: aten.add.Tensor(a, b), lambda n: [_c(n, 3), _r(n, 3)])
+simple("sub.Tensor_real_complex", lambda a, b: aten.sub.Tensor(a, b), lambda n: [_r(n, 3), _c(n, 3)])
+simple("add.Scalar_complex", lambda c: aten.add.Scalar(c, 1 + 2j), lambda n: [_c(n, 3)])
+simple("neg_complex", lambda c: aten.neg.default(c), lambda n: [_c(n, 3)])
+simple("_conj_clone", lambda c: aten.clone.default(aten._conj.default(c)), lambda n: [_c(n, 3)])
+simple("conj_physical", lambda c: aten.conj_physical.default(c), lambda n: [_c(n, 3)])
+simple("detach_complex", lambda c: aten.detach.default(c), lambda n: [_c(n, 3)])
+simple("_to_copy_complex128", lambda c: aten._to_copy.default(c, dtype=torch.complex128), lambda n: [_c(n, 3)])
+simple("_to_copy_real_to_complex", lambda x: aten._to_copy.default(x, dtype=torch.complex64), lambda n: [_r(n, 3)])
+simple("sum.dim_IntList_complex", lambda c: aten.sum.dim_IntList(c, [0, -1], True), lambda n: [_c(n, 2, 3)])
+simple("sum.default_complex", lambda c: aten.sum.default(c), lambda n: [_c(n, 3)])
+simple("view_complex", lambda c: aten.view.default(c, [-1, c.shape[0]]), lambda n: [_c(n, 2, 3)])
+simple("_unsafe_view_complex", lambda c: aten._unsafe_view.default(c, [c.shape[0] * 2, 3]), lambda n: [_c(n, 2, 3)])
+simple("expand_complex", lambda c: aten.expand.default(c, [2, -1, 3]), lambda n: [_c(n, 1)])
+simple("permute_complex", lambda c: aten.permute.default(c, [-1, 0, 1]), lambda n: [_c(n, 2, 3)])
+simple("transpose_complex", lambda c: aten.transpose.int(c, -1, 0), lambda n: [_c(n, 2, 3)])
+simple("t_complex", lambda c: aten.t.default(c), lambda n: [_c(n, 3)])
+simple("unsqueeze_complex", lambda c: aten.unsqueeze.default(c, -1), lambda n: [_c(n, 3)])
+simple("squeeze_complex", lambda c: aten.squeeze.dims(c, [1, -1]), lambda n: [_c(n, 1, 3, 1)])
+simple("slice_complex", lambda c: aten.slice.Tensor(c, -1, 1, None, 2), lambda n: [_c(n, 5)])
+simple("select_complex", lambda c: aten.select.int(c, -2, 1), lambda n: [_c(n, 3, 2)])
+simple("cat_complex", lambda a, b: aten.cat.default([a, b], -1), lambda n: [_c(n, 3), _c(n, 2)])
+simple("cat_complex_real", lambda a, b: aten.cat.default([a, b], 0), lambda n: [_c(n, 3), _r(2, 3)])
+simple("stack_complex", lambda a, b: aten.stack.default([a, b], -1), lambda n: [_c(n, 3), _c(n, 3)])
+simple("rope_meta_llama", _rope, lambda n: [_r(2, n, 3, 8), _r(n, 4)])
+simple("rope_meta_llama_backward", _rope_backward,
+       lambda n: [_r(2, n, 3, 8), _c(2, n, 3, 4), aten.polar.default(torch.ones(1, n, 1, 4), _r(1, n, 1, 4))])

@@ -8,6 +8,12 @@ handed to its converter (see :mod:`dicp.vendor.onnxgraph.conversion` for the con
 float16 and bfloat16 values are computed in float32 (ORT's CPU kernels lack most half-precision kernels): a
 ``Cast`` follows each such input and precedes each such output; an explicit cast to a half type inside the graph
 rounds through it (``Cast`` there and back), so results round like eager.
+
+A complex value (complex64/complex128) of logical shape ``S`` is, inside the graph, a float32/float64 value of
+shape ``S + [2]`` (real and imaginary parts in a trailing dimension): inputs and outputs of complex dtype are
+declared so, the runner (:func:`dicp.vendor.onnxgraph.runtime.load`) feeds ``torch.view_as_real`` of a complex
+input and returns ``torch.view_as_complex`` of such an output. ``val_of``/``rank_of``/``static_shape`` of a
+complex value give its logical (complex) fake value, rank and sizes; ``dtype_of`` its float part dtype.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from onnx import TensorProto, helper
 
 from dicp.dynamo_bridge.conversion import ConversionRegistry, _name
 
-__all__ = ["DEFAULT_OPSET", "ConversionContext", "ConversionError", "build_model", "compile_island", "onnx_dtype"]
+__all__ = ["COMPLEX_PARTS", "DEFAULT_OPSET", "ConversionContext", "ConversionError", "build_model", "compile_island",
+           "graph_dtype", "onnx_dtype"]
 
 DEFAULT_OPSET = 23
 #: Model metadata key: JSON {fx node name: ONNX value name} (the shape check compares them).
@@ -48,6 +55,8 @@ _NUMPY_DTYPES: dict[torch.dtype, Any] = {
 }
 #: dtypes computed in another dtype inside the ONNX graph (ORT's CPU kernels lack them).
 COMPUTE_DTYPE: dict[torch.dtype, torch.dtype] = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+#: complex dtypes -> the float dtype of their (real, imag) pairs inside the ONNX graph (a trailing dimension of 2).
+COMPLEX_PARTS: dict[torch.dtype, torch.dtype] = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
 class ConversionError(RuntimeError):
@@ -65,6 +74,20 @@ def onnx_dtype(dtype: torch.dtype) -> int:
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a value of torch ``dtype`` has inside the ONNX graph (float16/bfloat16 -> float32)."""
     return COMPUTE_DTYPE.get(dtype, dtype)
+
+
+def graph_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The element dtype of a value of torch ``dtype`` inside the ONNX graph: :func:`compute_dtype`, and the
+    float dtype of the (real, imag) pairs for a complex dtype."""
+    return COMPLEX_PARTS.get(dtype) or compute_dtype(dtype)
+
+
+def _value_info(name: str, val: torch.Tensor) -> onnx.ValueInfoProto:
+    """A graph input/output of fake value ``val``: a complex value is its float pairs (a trailing 2)."""
+    part = COMPLEX_PARTS.get(val.dtype)
+    if part is not None:
+        return helper.make_tensor_value_info(name, onnx_dtype(part), [*_dims(val), 2])
+    return helper.make_tensor_value_info(name, onnx_dtype(val.dtype), _dims(val))
 
 
 def _is_tensor(val: Any) -> bool:
@@ -106,7 +129,7 @@ class ConversionContext:
         """Record the fake value (and so the dtype) of ONNX value ``name``."""
         self._vals[name] = val
         if _is_tensor(val):
-            self._dtypes[name] = compute_dtype(val.dtype)
+            self._dtypes[name] = graph_dtype(val.dtype)
         elif isinstance(val, (int, torch.SymInt)):
             self._dtypes[name] = torch.int64
 
@@ -239,8 +262,8 @@ def build_model(gm: torch.fx.GraphModule, registry: ConversionRegistry, opset: i
         if node.op == "placeholder":
             val = node.meta.get("val")
             if _is_tensor(val):
-                inputs.append(helper.make_tensor_value_info(node.name, onnx_dtype(val.dtype), _dims(val)))
-                ctx._dtypes[node.name] = val.dtype
+                inputs.append(_value_info(node.name, val))
+                ctx._dtypes[node.name] = COMPLEX_PARTS.get(val.dtype, val.dtype)
                 ctx.node = node
                 name = node.name
                 if val.dtype in COMPUTE_DTYPE:
@@ -292,7 +315,7 @@ def build_model(gm: torch.fx.GraphModule, registry: ConversionRegistry, opset: i
                     produced.discard(src)  # a second output of the same value takes the Identity
                 else:
                     ctx.nodes.append(helper.make_node("Identity", [src], [name], name=f"output/{i}"))
-                outputs.append(helper.make_tensor_value_info(name, onnx_dtype(val.dtype), _dims(val)))
+                outputs.append(_value_info(name, val))
         elif node.op == "get_attr":
             raise ConversionError(f"onnxgraph: node {node.name}: get_attr is not part of a vendor island")
     graph = helper.make_graph(ctx.nodes, name, inputs, outputs, initializer=ctx.initializers)

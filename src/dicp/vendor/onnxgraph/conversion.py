@@ -41,11 +41,17 @@ The converters live in ``convert_math`` (elementwise, reductions, creation), ``c
 indexing), ``convert_nn`` (matmul, normalization, losses, convolution, pooling) and ``convert_attention``;
 ``fused`` adds the fused operators of the pattern rewrites and ``convert_dlinfer`` dlinfer's operators. They import
 the table and its helpers from ``convert_common``; importing this module registers them all.
+
+Complex values are float pairs in a trailing dimension inside the graph (see ``codegen``); ``convert_complex``
+converts the complex nodes of the operators it registers with ``register_complex`` (views, ``polar``, ``mul``,
+``add``, conjugates, sums, shape operators), which dispatches a node to it when the node reads or makes a complex
+tensor and to the operator's float/int converter otherwise. :func:`dtype_supported` rejects complex dtypes for
+every other operator.
 """
 
 from __future__ import annotations
 
-from . import convert_attention, convert_dlinfer, convert_math, convert_nn, convert_shape  # noqa: F401
+from . import convert_attention, convert_complex, convert_dlinfer, convert_math, convert_nn, convert_shape  # noqa: F401
 from .convert_common import (
     INT64_MAX,
     INT64_MIN,

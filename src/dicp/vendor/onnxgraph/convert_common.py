@@ -7,18 +7,20 @@ never that one, so that no import goes in a circle.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from dicp.dynamo_bridge.conversion import ConversionRegistry, Target
+from dicp.dynamo_bridge.conversion import ConversionRegistry, Target, _expand
 
-from .codegen import _ONNX_DTYPES, ConversionContext
+from .codegen import _ONNX_DTYPES, COMPLEX_PARTS, ConversionContext
 
-__all__ = ["INT64_MAX", "INT64_MIN", "aten", "common_dtype", "conversions", "dtype_supported", "no_float64", "norm_dim",
-           "operand", "out_dtype", "prims", "register", "register_conversion"]
+__all__ = ["INT64_MAX", "INT64_MIN", "aten", "common_dtype", "conversions", "dtype_supported", "is_complex_node",
+           "no_float64", "norm_dim", "operand", "out_dtype", "prims", "register", "register_complex",
+           "register_conversion"]
 
 conversions = ConversionRegistry("onnxgraph")
 register_conversion = conversions.register
@@ -49,6 +51,54 @@ def dtype_supported(node: torch.fx.Node) -> str | None:
         if isinstance(val, torch.Tensor) and val.dtype not in _ONNX_DTYPES:
             return f"dtype {val.dtype} not supported by onnxgraph"
     return None
+
+
+def is_complex_node(node: torch.fx.Node) -> bool:
+    """Whether the node reads or makes a complex tensor."""
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in _vals(node))
+
+
+def _complex_dtype_supported(node: torch.fx.Node) -> str | None:
+    for val in _vals(node):
+        if isinstance(val, torch.Tensor) and val.dtype not in _ONNX_DTYPES and val.dtype not in COMPLEX_PARTS:
+            return f"dtype {val.dtype} not supported by onnxgraph"
+    return None
+
+
+def _dispatch(real_fn: Callable[..., Any] | None, complex_fn: Callable[..., Any], ctx: ConversionContext,
+              *args: Any, **kwargs: Any) -> Any:
+    if is_complex_node(ctx.node) or real_fn is None:
+        return complex_fn(ctx, *args, **kwargs)
+    return real_fn(ctx, *args, **kwargs)
+
+
+def _dispatch_supports(real_supports: Callable[[torch.fx.Node], str | None] | None, has_real: bool,
+                       complex_supports: Callable[[torch.fx.Node], str | None] | None, node: torch.fx.Node
+                       ) -> str | None:
+    if is_complex_node(node):
+        return _complex_dtype_supported(node) or (complex_supports(node) if complex_supports is not None else None)
+    if not has_real:  # a complex-only operator (view_as_real, polar, _conj) on real values: its real forms
+        return dtype_supported(node) or (complex_supports(node) if complex_supports is not None else None)
+    return real_supports(node) if real_supports is not None else None
+
+
+def register_complex(targets: Target | Iterable[Target], supports: Callable[[torch.fx.Node], str | None] | None = None
+                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: ``fn`` converts the nodes of ``targets`` that read or make complex tensors (a complex value is
+    float pairs in a trailing dimension, see :mod:`dicp.vendor.onnxgraph.codegen`); the other nodes keep the
+    converter registered before (an operator with none, e.g. ``view_as_real``, goes to ``fn`` for every node).
+    ``supports`` rejects forms ``fn`` does not handle; complex dtypes are accepted only through this."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for target in _expand(targets):
+            base = conversions.lookup(target)
+            real_fn = base.fn if base is not None else None
+            check = functools.partial(_dispatch_supports, base.supports if base is not None else None,
+                                      base is not None, supports)
+            conversions.register(target, supports=check)(functools.partial(_dispatch, real_fn, fn))
+        return fn
+
+    return decorate
 
 
 def register(targets: Target | Iterable[Target], supports: Callable[[torch.fx.Node], str | None] | None = None

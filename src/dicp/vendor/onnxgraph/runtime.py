@@ -10,6 +10,8 @@ not their spin control, so global pools would spin; per-session pools without sp
 Inputs: CPU tensors are bound without copies (DLPack); a dipu tensor whose vendor runtime declares
 ``host_storage`` is bound through its host storage (no copy), any other device tensor is copied to the host.
 Outputs come back without copies (DLPack) and are moved to the device the graph's metadata names.
+A complex input is fed as ``torch.view_as_real`` of it (its conjugate bit resolved), a complex output returned as
+``torch.view_as_complex`` of the float pairs ORT made (no copy): see :mod:`dicp.vendor.onnxgraph.codegen`.
 """
 
 from __future__ import annotations
@@ -136,23 +138,29 @@ def load(artifact: bytes, gm: torch.fx.GraphModule) -> Callable[..., list[torch.
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     input_names = [i.name for i in session.get_inputs()]
     is_tensor = [isinstance(n.meta.get("val"), torch.Tensor) for n in placeholders]
+    in_complex = [t and n.meta["val"].is_complex() for t, n in zip(is_tensor, placeholders, strict=True)]
     scalar_dtype = [torch.float64 if isinstance(n.meta.get("val"), (float, torch.SymFloat)) else torch.int64
                     for n in placeholders]
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = output_node.args[0] if isinstance(output_node.args[0], (list, tuple)) else (output_node.args[0],)
     out_devices = [o.meta["val"].device for o in outs]
     out_bool = [o.meta["val"].dtype == torch.bool for o in outs]
+    out_complex = [o.meta["val"].is_complex() for o in outs]
     output_names = [o.name for o in session.get_outputs()]
     if len(input_names) != len(placeholders):
         raise OrtCompileError(f"onnxgraph: artifact has {len(input_names)} inputs, the island {len(placeholders)}")
     fetch_devices = [_CPU] * len(output_names)
     run_options = C.RunOptions()
     ort_session = session._sess  # the C++ session: its vector API makes no Python object per tensor
-    all_cpu_tensors = all(d.type == "cpu" for d in out_devices) and not any(out_bool)
+    all_cpu_tensors = all(d.type == "cpu" for d in out_devices) and not any(out_bool) and not any(out_complex)
+    any_complex_input = any(in_complex)
 
     def run(*inputs: Any) -> list[torch.Tensor]:
         if len(inputs) != len(input_names):
             raise TypeError(f"onnxgraph runner: expected {len(input_names)} inputs, got {len(inputs)}")
+        if any_complex_input:
+            inputs = [torch.view_as_real(x.resolve_conj()) if cplx else x
+                      for cplx, x in zip(in_complex, inputs, strict=True)]
         hosts = [_host(x) if tensor else torch.tensor(x, dtype=dtype)
                  for tensor, dtype, x in zip(is_tensor, scalar_dtype, inputs, strict=True)]
         names, feeds = _feeds(input_names, hosts)
@@ -161,8 +169,9 @@ def load(artifact: bytes, gm: torch.fx.GraphModule) -> Callable[..., list[torch.
         results = fetches.to_dlpacks(torch._C._from_dlpack)
         if all_cpu_tensors:
             return results
-        for i, (t, device, is_bool) in enumerate(zip(results, out_devices, out_bool, strict=True)):
+        for i, (t, device, is_bool, cplx) in enumerate(zip(results, out_devices, out_bool, out_complex, strict=True)):
             t = t.view(torch.bool) if is_bool and t.dtype != torch.bool else t
+            t = torch.view_as_complex(t) if cplx else t
             results[i] = t if device.type == "cpu" else t.to(device)
         return results
 
@@ -172,7 +181,7 @@ def load(artifact: bytes, gm: torch.fx.GraphModule) -> Callable[..., list[torch.
 def check_shapes(artifact: bytes, gm: torch.fx.GraphModule) -> list[str]:
     """ONNX shape inference on ``artifact`` against the island's ``meta["val"]``: one line per disagreement in
     dtype, rank or a static size of a node's value (the declared output shapes are left out of the inference)."""
-    from .codegen import VALUES_PROP, compute_dtype, onnx_dtype
+    from .codegen import VALUES_PROP, graph_dtype, onnx_dtype
 
     model = onnx.load_from_string(artifact)
     props = {p.key: p.value for p in model.metadata_props}
@@ -188,15 +197,16 @@ def check_shapes(artifact: bytes, gm: torch.fx.GraphModule) -> list[str]:
         if node.op != "call_function" or not isinstance(val, torch.Tensor) or tt is None:
             continue
         where = f"{node.name} ({node.target})"
-        if tt.elem_type and tt.elem_type != onnx_dtype(compute_dtype(val.dtype)):
+        if tt.elem_type and tt.elem_type != onnx_dtype(graph_dtype(val.dtype)):
             problems.append(f"{where}: ONNX element type {tt.elem_type} != {val.dtype}")
         if not tt.HasField("shape"):
             continue
         dims = tt.shape.dim
-        if len(dims) != val.dim():
-            problems.append(f"{where}: rank {len(dims)} != {val.dim()}")
+        shape = [*val.shape, 2] if val.is_complex() else list(val.shape)  # complex: (real, imag) pairs
+        if len(dims) != len(shape):
+            problems.append(f"{where}: rank {len(dims)} != {len(shape)}")
             continue
-        for i, (d, s) in enumerate(zip(dims, val.shape, strict=True)):
+        for i, (d, s) in enumerate(zip(dims, shape, strict=True)):
             if type(s) is int and d.HasField("dim_value") and d.dim_value != s:
                 problems.append(f"{where}: size {i} is {d.dim_value}, expected {s}")
     return problems
