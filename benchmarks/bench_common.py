@@ -71,7 +71,8 @@ def w1_step(device: str, seed: int = 0, backend: str | None = None,
     ``torch.compile(model, backend=backend)`` (None: eagerly). ``convert``: applied to the model and to the
     input ids before the optimizer is made (a tensor subclass the step runs on: dispatch_floors). ``config``:
     LlamaConfig fields over W1's (``attention_dropout=0.1``); ``autocast``: a dtype the forward runs under
-    ``torch.autocast(device, dtype)`` (e.g. ``torch.bfloat16``)."""
+    ``torch.autocast(device, dtype)`` (e.g. ``torch.bfloat16``). ``step.parts``: the forward (returns the loss),
+    the backward (takes it) and the optimizer update (takes it, returns ``loss.item()``), to time them apart."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -83,14 +84,24 @@ def w1_step(device: str, seed: int = 0, backend: str | None = None,
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     forward = model if backend is None else torch.compile(model, backend=backend)
 
-    def step() -> float:
+    def forward_loss() -> Any:
         with torch.autocast(device, dtype=autocast) if autocast is not None else contextlib.nullcontext():
-            loss = forward(input_ids=ids, labels=ids).loss
+            return forward(input_ids=ids, labels=ids).loss
+
+    def backward(loss: Any) -> None:
         optimizer.zero_grad()
         loss.backward()
+
+    def update(loss: Any) -> float:
         optimizer.step()
         return loss.item()
 
+    def step() -> float:
+        loss = forward_loss()
+        backward(loss)
+        return update(loss)
+
+    step.parts = (forward_loss, backward, update)  # type: ignore[attr-defined]  (timed apart: bench_dicp_breakdown)
     return step
 
 

@@ -162,6 +162,19 @@ def test_dicp_benchmark(tmp_path: Path) -> None:
         assert row["value"] > 0
 
 
+def test_dicp_breakdown_benchmark(tmp_path: Path) -> None:
+    """The compiled step's time split: ORT's runs are part of forward and backward, and the profiler names the
+    matmuls and counts the nodes of both graphs."""
+    pytest.importorskip("onnxruntime")
+    rows = _run_benchmark(tmp_path, "bench_dicp_breakdown.py", ["--steps", "2"])
+    for graph in ("forward", "backward"):
+        row = rows[f"{graph}_ms"]
+        assert 0 < row["ort_ms"] < row["value"] and row["outside_ms"] > 0
+        assert rows[f"ort_{graph}_run_us"]["nodes"] > 50
+        assert any(case.startswith(f"ort_{graph}_") and "MatMul" in case for case in rows)
+    assert rows["optimizer_ms"]["value"] > 0
+
+
 def test_dlinfer_instruction_rows_from_counts(monkeypatch) -> None:
     """bench_dlinfer_instructions: per decode step = (I(long) - I(2)) / (generations * (NEW_TOKENS - 2)), prefill =
     I(2) / generations, ratio = dlinfer / stock (callgrind itself is not run here: minutes under valgrind)."""
