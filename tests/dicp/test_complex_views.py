@@ -75,8 +75,6 @@ def test_meta_llama_rotary_trains_without_eager_island(monkeypatch: pytest.Monke
     assert report.get("eager_ops", {}) == {} and report.get("compile_failures", 0) == 0, report
 
 
-
-
 class BufferRotary(torch.nn.Module):
     """Meta Llama's layout: ``freqs_cis`` a precomputed complex buffer (a complex graph input), sliced at a start
     position for the sequence."""
