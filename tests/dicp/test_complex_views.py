@@ -49,25 +49,30 @@ def _report() -> dict:
     return compile_report().get("onnxgraph", {})
 
 
+def _train_like_eager(model: torch.nn.Module, inputs: list[tuple], dynamic: bool = False) -> None:
+    """``model`` compiled with onnxgraph and an eager copy take one step per argument tuple of ``inputs``
+    (loss: the sum of squared outputs); outputs and every parameter's gradient must equal eager's."""
+    eager_model = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="onnxgraph", dynamic=dynamic)
+    for args in inputs:
+        out, expected = compiled(*args), eager_model(*args)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        results = compare_outputs([out.detach(), *(p.grad for p in model.parameters())],
+                                  [expected.detach(), *(p.grad for p in eager_model.parameters())])
+        assert all_passed(results), [r.message for r in results if r.message]
+        model.zero_grad()
+        eager_model.zero_grad()
+
+
 def test_meta_llama_rotary_trains_without_eager_island(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DICP_CACHE", "0")
     from dicp.config import reset_config
 
     reset_config()
     torch.manual_seed(0)
-    model = Rotary()
-    eager_model = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="onnxgraph")
-    for step in range(2):
-        x = torch.randn(3, 6, 16, generator=torch.Generator().manual_seed(step))
-        out, expected = compiled(x), eager_model(x)
-        (out * out).sum().backward()
-        (expected * expected).sum().backward()
-        results = compare_outputs([out.detach(), *(p.grad for p in model.parameters())],
-                                  [expected.detach(), *(p.grad for p in eager_model.parameters())])
-        assert all_passed(results), [r.message for r in results if r.message]
-        model.zero_grad()
-        eager_model.zero_grad()
+    _train_like_eager(Rotary(), [(torch.randn(3, 6, 16, generator=torch.Generator().manual_seed(step)),)
+                                 for step in range(2)])
     report = _report()
     assert report.get("graphs_forward", 0) == 1 and report.get("graphs_backward", 0) == 1, report
     assert report.get("vendor_islands", 0) == 2, report  # one per graph: nothing split off
@@ -99,19 +104,8 @@ def test_complex_buffer_rotary_dynamic_shapes_train_without_eager_island(monkeyp
 
     reset_config()
     torch.manual_seed(0)
-    model = BufferRotary()
-    eager_model = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="onnxgraph", dynamic=True)
-    for seq in (5, 7, 9):
-        x = torch.randn(2, seq, 16, generator=torch.Generator().manual_seed(seq))
-        out, expected = compiled(x, 1), eager_model(x, 1)
-        out.square().sum().backward()
-        expected.square().sum().backward()
-        results = compare_outputs([out.detach(), *(p.grad for p in model.parameters())],
-                                  [expected.detach(), *(p.grad for p in eager_model.parameters())])
-        assert all_passed(results), [r.message for r in results if r.message]
-        model.zero_grad()
-        eager_model.zero_grad()
+    _train_like_eager(BufferRotary(), [(torch.randn(2, seq, 16, generator=torch.Generator().manual_seed(seq)), 1)
+                                       for seq in (5, 7, 9)], dynamic=True)
     report = _report()
     assert report.get("graphs_forward", 0) == 1 and report.get("graphs_backward", 0) == 1, report
     assert report.get("vendor_islands", 0) == 2 and report.get("eager_nodes", 0) == 0, report
