@@ -45,10 +45,12 @@ def _vals(node: torch.fx.Node) -> list[Any]:
     return vals
 
 
-def dtype_supported(node: torch.fx.Node) -> str | None:
-    """None when every tensor the node reads or makes has a dtype the ONNX graph handles, else the reason."""
+def dtype_supported(node: torch.fx.Node, *, complex_ok: bool = False) -> str | None:
+    """None when every tensor the node reads or makes has a dtype the ONNX graph handles, else the reason.
+    ``complex_ok``: complex dtypes count as handled (float pairs, for the converters of ``register_complex``)."""
     for val in _vals(node):
-        if isinstance(val, torch.Tensor) and val.dtype not in _ONNX_DTYPES:
+        if (isinstance(val, torch.Tensor) and val.dtype not in _ONNX_DTYPES
+                and not (complex_ok and val.dtype in COMPLEX_PARTS)):
             return f"dtype {val.dtype} not supported by onnxgraph"
     return None
 
@@ -56,13 +58,6 @@ def dtype_supported(node: torch.fx.Node) -> str | None:
 def is_complex_node(node: torch.fx.Node) -> bool:
     """Whether the node reads or makes a complex tensor."""
     return any(isinstance(v, torch.Tensor) and v.is_complex() for v in _vals(node))
-
-
-def _complex_dtype_supported(node: torch.fx.Node) -> str | None:
-    for val in _vals(node):
-        if isinstance(val, torch.Tensor) and val.dtype not in _ONNX_DTYPES and val.dtype not in COMPLEX_PARTS:
-            return f"dtype {val.dtype} not supported by onnxgraph"
-    return None
 
 
 def _dispatch(real_fn: Callable[..., Any] | None, complex_fn: Callable[..., Any], ctx: ConversionContext,
@@ -75,11 +70,12 @@ def _dispatch(real_fn: Callable[..., Any] | None, complex_fn: Callable[..., Any]
 def _dispatch_supports(real_supports: Callable[[torch.fx.Node], str | None] | None, has_real: bool,
                        complex_supports: Callable[[torch.fx.Node], str | None] | None, node: torch.fx.Node
                        ) -> str | None:
-    if is_complex_node(node):
-        return _complex_dtype_supported(node) or (complex_supports(node) if complex_supports is not None else None)
-    if not has_real:  # a complex-only operator (view_as_real, polar, _conj) on real values: its real forms
-        return dtype_supported(node) or (complex_supports(node) if complex_supports is not None else None)
-    return real_supports(node) if real_supports is not None else None
+    complex_node = is_complex_node(node)
+    if not complex_node and has_real:
+        return real_supports(node) if real_supports is not None else None
+    # a complex node, or a complex-only operator (view_as_real, polar, _conj) on real values: its real forms
+    reason = dtype_supported(node, complex_ok=complex_node)
+    return reason or (complex_supports(node) if complex_supports is not None else None)
 
 
 def register_complex(targets: Target | Iterable[Target], supports: Callable[[torch.fx.Node], str | None] | None = None
